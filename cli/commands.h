@@ -1,0 +1,18 @@
+// The sub-commands of `nala`, one file each. Each takes the arguments after the command name
+// (argv[0] is "nala <command>") and returns the process exit code.
+#pragma once
+
+namespace nala::cli {
+
+int run_train(int argc, char** argv);
+int run_sample(int argc, char** argv);
+int run_eval(int argc, char** argv);
+int run_extract_latents(int argc, char** argv);
+int run_forward(int argc, char** argv);
+int run_convert(int argc, char** argv);
+int run_bench(int argc, char** argv);
+
+// Prints "nala <version>, LibTorch <version>, CUDA: ..." for --version.
+void print_version();
+
+}  // namespace nala::cli

@@ -1,0 +1,22 @@
+// Sub-commands whose implementation has not landed yet. Each says so plainly and exits non-zero.
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace nala::cli {
+namespace {
+int pending(const char* name) {
+  std::cerr << "nala " << name << ": not built yet in this version of nala\n";
+  return 2;
+}
+}  // namespace
+
+int run_train(int, char**) { return pending("train"); }
+int run_sample(int, char**) { return pending("sample"); }
+int run_eval(int, char**) { return pending("eval"); }
+int run_extract_latents(int, char**) { return pending("extract-latents"); }
+int run_forward(int, char**) { return pending("forward"); }
+int run_convert(int, char**) { return pending("convert"); }
+int run_bench(int, char**) { return pending("bench"); }
+
+}  // namespace nala::cli

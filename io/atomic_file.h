@@ -1,0 +1,28 @@
+// Writing files so that a crash, a full disk or a kill never leaves a half-written file under the
+// final name: write "<path>.tmp.<pid>", flush and fsync, then rename over the target (POSIX rename
+// is atomic within a file system). On any failure the temporary file is removed and the target
+// is left exactly as it was.
+#pragma once
+#include <functional>
+#include <iosfwd>
+#include <string>
+
+namespace nala::io {
+
+// Calls `write(out)` on a stream to a temporary file, then renames it to `path`. Throws
+// std::runtime_error naming `path` if writing, flushing or renaming fails.
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+// Same, for a writer that needs a seekable C FILE* (zip writers patch headers after the data).
+void write_file_atomic_c(const std::string& path, const std::function<void(std::FILE*)>& write);
+
+// Reads a whole file; throws naming the path if it cannot be opened or read.
+std::string read_file(const std::string& path);
+
+// True if `path` exists (any kind of file).
+bool file_exists(const std::string& path);
+
+// Creates a directory and its parents; throws naming the path on failure.
+void make_dirs(const std::string& path);
+
+}  // namespace nala::io
