@@ -17,6 +17,5 @@ int run_eval(int, char**) { return pending("eval"); }
 int run_extract_latents(int, char**) { return pending("extract-latents"); }
 int run_forward(int, char**) { return pending("forward"); }
 int run_convert(int, char**) { return pending("convert"); }
-int run_bench(int, char**) { return pending("bench"); }
 
 }  // namespace nala::cli

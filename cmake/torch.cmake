@@ -46,7 +46,12 @@ if(NALA_WITH_CUDA)
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   list(APPEND CMAKE_PREFIX_PATH "${TORCH_ROOT}/share/cmake")
+  # TorchConfig appends -gencode flags for every architecture the wheel supports (compute_50 among
+  # them, which nvcc 13 rejects); our kernels are built for NALA_CUDA_ARCHS only.
+  set(_nala_cuda_flags "${CMAKE_CUDA_FLAGS}")
+  set(TORCH_CUDA_ARCH_LIST "9.0")
   find_package(Torch REQUIRED)
+  set(CMAKE_CUDA_FLAGS "${_nala_cuda_flags}")
   add_library(nala_torch INTERFACE)
   target_link_libraries(nala_torch INTERFACE ${TORCH_LIBRARIES})
   # TorchConfig adds its flags (ABI) through TORCH_CXX_FLAGS

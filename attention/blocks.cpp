@@ -1,0 +1,95 @@
+#include "attention/blocks.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+
+#include "attention/feature_maps.h"
+#include "attention/nala_attention.h"
+#include "attention/nala_reference.h"
+
+namespace nala::attention {
+
+SoftmaxAttention::SoftmaxAttention(int64_t dim, int64_t heads) : heads_(heads) {
+  TORCH_CHECK(dim % heads == 0, "attention: hidden size ", dim, " is not divisible by ", heads, " heads");
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(dim, 3 * dim).bias(true)));
+  proj = register_module("proj", torch::nn::Linear(dim, dim));
+}
+
+at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
+  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+  at::Tensor t = qkv->forward(x).view({B, N, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // (3, B, H, N, d)
+  at::Tensor o = softmax_attention(t[0], t[1], t[2]);                                   // (B, H, N, d)
+  return proj->forward(o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
+}
+
+GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg) : heads_(heads), cfg_(cfg) {
+  TORCH_CHECK(dim % heads == 0, "attention: hidden size ", dim, " is not divisible by ", heads, " heads");
+  TORCH_CHECK(cfg.lepe_kernel == 0 || cfg.lepe_kernel % 2 == 1, "LePE kernel size must be odd (or 0 to disable), got ", cfg.lepe_kernel);
+  qkvg = register_module("qkvg", torch::nn::Linear(torch::nn::LinearOptions(dim, 4 * dim).bias(true)));
+  if (cfg.lepe_kernel > 0)
+    lepe = register_module("lepe", torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim, cfg.lepe_kernel)
+                                                         .padding(cfg.lepe_kernel / 2).groups(dim).bias(true)));
+  norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-5).elementwise_affine(true)));
+  proj = register_module("proj", torch::nn::Linear(dim, dim));
+}
+
+at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
+  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+  TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
+  at::Tensor t = qkvg->forward(x).view({B, N, 4, heads_, d});             // (B, N, 4, H, d)
+  at::Tensor q = t.select(2, 0).transpose(1, 2);                          // (B, H, N, d) strided view
+  at::Tensor k = t.select(2, 1).transpose(1, 2);                          // (B, H, N, d)
+  at::Tensor v = t.select(2, 2).transpose(1, 2);                          // (B, H, N, d)
+  at::Tensor g = t.select(2, 3).reshape({B, N, D});                       // (B, N, D)
+  at::Tensor o = cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w)
+                           : nala_attention(q, k, v, cfg_.nala);          // (B, H, N, d)
+  o = o.transpose(1, 2).reshape({B, N, D});                               // (B, N, D)
+  if (lepe) {
+    at::Tensor vg = t.select(2, 2).reshape({B, grid_h, grid_w, D}).permute({0, 3, 1, 2});  // (B, D, Hg, Wg)
+    o = o + lepe->forward(vg).flatten(2).transpose(1, 2);                  // (B, N, D)
+  }
+  at::Tensor y = norm->forward(o) * torch::nn::functional::silu(g);       // (B, N, D)
+  return proj->forward(y);                                                // (B, N, D)
+}
+
+std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg) {
+  if (kind == "softmax") return std::make_shared<SoftmaxAttention>(dim, heads);
+  GatedNalaConfig c = cfg;
+  c.nala.feature_map = parse_feature_map(kind);
+  return std::make_shared<GatedNalaAttention>(dim, heads, c);
+}
+
+namespace {
+
+// Rotary angles for a grid: the first half of the F features rotate with the row, the second
+// with the column (axial 2-D RoPE, Heo et al. 2024), frequencies 10000^{-2i/(F/2)}.
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t F, int64_t gh, int64_t gw, const at::TensorOptions& o) {
+  TORCH_CHECK(F % 4 == 0, "2-D RoPE needs a feature count divisible by 4, got ", F);
+  const int64_t quarter = F / 4;
+  at::Tensor freq = at::pow(10000.0, -at::arange(quarter, o) / double(quarter));           // (F/4,)
+  at::Tensor rows = at::arange(gh, o).repeat_interleave(gw), cols = at::arange(gw, o).repeat({gh});  // (N,)
+  at::Tensor ang = at::cat({rows.unsqueeze(1) * freq, cols.unsqueeze(1) * freq}, 1);        // (N, F/2)
+  return {at::cos(ang), at::sin(ang)};
+}
+
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  at::Tensor x1 = x.slice(-1, 0, x.size(-1), 2), x2 = x.slice(-1, 1, x.size(-1), 2);        // (..., N, F/2)
+  return at::stack({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1).flatten(-2);             // (..., N, F)
+}
+
+}  // namespace
+
+at::Tensor nala_attention_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt,
+                               int64_t grid_h, int64_t grid_w) {
+  check_qkv(q, k, v, "nala_attention_rope");
+  const double n = double(q.size(2));
+  at::Tensor pq = phi_query_reference(q, opt), pk = phi_key_reference(k, opt);      // (B, H, N, F)
+  auto [cos, sin] = rope_tables(pq.size(-1), grid_h, grid_w, pq.options());
+  at::Tensor S = at::matmul(rotate(pk, cos, sin).transpose(-1, -2), v.to(pq.scalar_type())) / n;  // (B, H, F, d)
+  at::Tensor z = pk.sum(2, true) / n;                                                // (B, H, 1, F)
+  at::Tensor num = at::matmul(rotate(pq, cos, sin), S);                              // (B, H, N, d)
+  at::Tensor den = (pq * z).sum(-1, true) + opt.eps;                                 // (B, H, N, 1)
+  return (num / den).to(q.scalar_type());
+}
+
+}  // namespace nala::attention

@@ -1,0 +1,64 @@
+// The attention blocks that sit inside a DiT block (NALA_SPEC.md §5-§6). x: (B, N, D) tokens on a
+// grid_h × grid_w grid (row-major), D = H·d. Module and parameter names are checkpoint keys:
+//   SoftmaxAttention  qkv (D → 3D, features [3][H][d]), proj       (timm Attention, DiT/SiT)
+//   GatedNalaAttention qkvg (D → 4D, features [4][H][d]), lepe (depthwise r×r conv on v),
+//                      norm (LayerNorm, affine, eps 1e-5), proj      (NaLa, §5)
+#pragma once
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "attention/nala_options.h"
+
+namespace nala::attention {
+
+// What a DiT block calls as `attn`.
+class TokenMixer : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) = 0;  // (B, N, D) -> (B, N, D)
+};
+
+class SoftmaxAttention : public TokenMixer {
+ public:
+  SoftmaxAttention(int64_t dim, int64_t heads);
+  at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
+  torch::nn::Linear qkv{nullptr}, proj{nullptr};
+
+ private:
+  int64_t heads_;
+};
+
+struct GatedNalaConfig {
+  NalaOptions nala;
+  int64_t lepe_kernel = 5;  // 0 disables LePE
+  bool rope = false;        // 2-D axial RoPE on the numerator features
+};
+
+class GatedNalaAttention : public TokenMixer {
+ public:
+  GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg);
+  at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
+  torch::nn::Linear qkvg{nullptr}, proj{nullptr};
+  torch::nn::Conv2d lepe{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+
+ private:
+  int64_t heads_;
+  GatedNalaConfig cfg_;
+};
+
+// The attention named by `kind`: "softmax", or a feature map ("nala", "nala-relu", "elu", "relu",
+// "focused") for the gated linear block.
+std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg);
+
+// NaLa attention with 2-D axial rotary position embedding on the numerator's features only (the
+// authors' public code): S = (1/N) Σ_i (R_i φ_k,i) v_iᵀ, o_t = (R_t φ_q,t)·S / (φ_q,t·z + ε), z as
+// in §4. Plain ATen ops (autograd); q, k, v (B, H, N, d) with N = grid_h·grid_w.
+at::Tensor nala_attention_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt,
+                               int64_t grid_h, int64_t grid_w);
+
+}  // namespace nala::attention

@@ -1,0 +1,158 @@
+#include "attention/cuda/nala_cuda.h"
+
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "attention/cuda/nala_params.h"
+
+namespace nala::attention {
+namespace {
+
+bool g_poison = false;
+
+void poison(std::initializer_list<at::Tensor> ts) {
+  if (!g_poison) return;
+  for (const auto& t : ts)
+    if (t.defined()) const_cast<at::Tensor&>(t).fill_(std::numeric_limits<float>::quiet_NaN());
+}
+
+cuda::DType dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return cuda::DType::F32;
+    case at::kHalf: return cuda::DType::F16;
+    case at::kBFloat16: return cuda::DType::BF16;
+    default:
+      TORCH_CHECK(false, "nala_attention on CUDA supports float32, float16 and bfloat16 inputs, got ", t.scalar_type());
+  }
+}
+
+// Unit stride along the head dim is required; anything else is copied once.
+at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
+
+void set_strides(int64_t (&dst)[3], const at::Tensor& t) {
+  for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
+}
+
+bool aligned16(const at::Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  for (int i = 0; i < 3; ++i)
+    if ((t.stride(i) * t.element_size()) % 16 != 0) return false;
+  return true;
+}
+
+// Sequence split: enough blocks to fill the GPU a few times over, each block at least one tile.
+void split(int N, int BH, int tile, int& chunks, int& per_chunk) {
+  static const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int max_chunks = (N + tile - 1) / tile;
+  chunks = std::max(1, std::min(max_chunks, (4 * sms + BH - 1) / BH));
+  per_chunk = ((N + chunks - 1) / chunks + tile - 1) / tile * tile;
+  chunks = (N + per_chunk - 1) / per_chunk;
+}
+
+cuda::NalaKernelParams base_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt) {
+  cuda::NalaKernelParams p;
+  p.B = int(q.size(0));
+  p.H = int(q.size(1));
+  p.N = int(q.size(2));
+  p.D = int(q.size(3));
+  const int feat = int(feature_dim(opt.feature_map, 1));
+  const auto shape = cuda::nala_kernel_shape(p.D, feat);
+  p.F = shape.F;
+  p.Fp = shape.Fp;
+  p.Dp = shape.Dp;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  set_strides(p.q_stride, q);
+  set_strides(p.k_stride, k);
+  set_strides(p.v_stride, v);
+  p.map = int(opt.feature_map);
+  p.lambda = float(opt.lambda);
+  p.tau = float(opt.tau);
+  p.alpha = float(opt.alpha);
+  p.eps = float(opt.eps);
+  p.eps_norm = float(opt.eps_norm);
+  p.focus_power = float(opt.focus_power);
+  p.inv_n = 1.f / float(p.N);
+  p.dtype = dtype_of(q);
+  p.vec_loads = aligned16(q) && aligned16(k) && aligned16(v);
+  return p;
+}
+
+}  // namespace
+
+void set_nala_cuda_poison(bool on) { g_poison = on; }
+
+NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  TORCH_CHECK(q_in.size(2) <= INT32_MAX / 2, "nala_attention on CUDA: sequence length ", q_in.size(2), " is too long");
+  at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  cuda::NalaKernelParams p = base_params(q, k, v, opt);
+  const auto shape = cuda::nala_kernel_shape(p.D, int(feature_dim(opt.feature_map, 1)));
+  const int BH = p.B * p.H;
+  split(p.N, BH, shape.tile_state, p.chunks, p.tokens_per_chunk);
+  split(p.N, BH, shape.tile_out, p.out_chunks, p.out_tokens_per_chunk);
+  auto f32 = q.options().dtype(at::kFloat);
+  NalaForward r;
+  r.o = at::empty(q.sizes(), q.options());                          // (B, H, N, D)
+  r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);                     // (B, H, Fp, Dp)
+  r.z = at::empty({p.B, p.H, p.Fp}, f32);                           // (B, H, Fp)
+  r.den = at::empty({p.B, p.H, p.N}, f32);                          // (B, H, N)
+  at::Tensor S_part, z_part;
+  if (p.chunks > 1) {
+    S_part = at::empty({BH, p.chunks, p.Fp, p.Dp}, f32);
+    z_part = at::empty({BH, p.chunks, p.Fp}, f32);
+    p.S_part = S_part.data_ptr<float>();
+    p.z_part = z_part.data_ptr<float>();
+  }
+  poison({r.o, r.S, r.z, r.den, S_part, z_part});
+  p.o = r.o.data_ptr();
+  p.S = r.S.data_ptr<float>();
+  p.z = r.z.data_ptr<float>();
+  p.den = r.den.data_ptr<float>();
+  cuda::launch_nala_forward(p, at::cuda::getCurrentCUDAStream().stream());
+  return r;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                                                                   const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
+                                                                   const at::Tensor& grad_o_in, const NalaOptions& opt) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  at::Tensor go = rows_contiguous(grad_o_in.to(q.scalar_type()));
+  cuda::NalaKernelParams p = base_params(q, k, v, opt);
+  TORCH_CHECK(S.is_contiguous() && z.is_contiguous() && den.is_contiguous(), "nala_backward_cuda: saved state must be contiguous");
+  const auto shape = cuda::nala_kernel_shape(p.D, int(feature_dim(opt.feature_map, 1)));
+  const int BH = p.B * p.H;
+  split(p.N, BH, shape.tile_dq, p.chunks, p.tokens_per_chunk);
+  split(p.N, BH, shape.tile_dkv, p.out_chunks, p.out_tokens_per_chunk);
+  p.grad_o = go.data_ptr();
+  set_strides(p.go_stride, go);
+  p.vec_loads = p.vec_loads && aligned16(go);
+  auto f32 = q.options().dtype(at::kFloat);
+  at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(q.sizes(), q.options()), dv = at::empty(q.sizes(), q.options());
+  at::Tensor dS = at::empty({BH, p.Fp, p.Dp}, f32), dz = at::empty({BH, p.Fp}, f32);
+  at::Tensor S_part, z_part;
+  if (p.chunks > 1) {
+    S_part = at::empty({BH, p.chunks, p.Fp, p.Dp}, f32);
+    z_part = at::empty({BH, p.chunks, p.Fp}, f32);
+    p.S_part = S_part.data_ptr<float>();
+    p.z_part = z_part.data_ptr<float>();
+  }
+  poison({dq, dk, dv, dS, dz, S_part, z_part});
+  p.S = const_cast<float*>(S.data_ptr<float>());
+  p.z = const_cast<float*>(z.data_ptr<float>());
+  p.den = const_cast<float*>(den.data_ptr<float>());
+  p.dS = dS.data_ptr<float>();
+  p.dz = dz.data_ptr<float>();
+  p.dq = dq.data_ptr();
+  p.dk = dk.data_ptr();
+  p.dv = dv.data_ptr();
+  cuda::launch_nala_backward(p, at::cuda::getCurrentCUDAStream().stream());
+  return {dq, dk, dv};
+}
+
+}  // namespace nala::attention

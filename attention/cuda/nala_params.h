@@ -1,0 +1,57 @@
+// The one plain parameter struct the fused NaLa kernels take (no LibTorch types), filled by
+// nala_cuda.cpp after it has checked every argument. Layouts (elements, not bytes):
+//   q, k, v, grad_o   (B, H, N, D) with strides (b, h, n) and unit stride along D
+//   o, dq, dk, dv     (B, H, N, D) contiguous
+//   S, dS             (B·H, Fp, Dp) fp32; Dp, Fp = D, F rounded up to 16 (pads hold zeros)
+//   z, dz             (B·H, Fp) fp32
+//   den               (B·H, N) fp32: φ_q·z + ε per token (saved by the forward for the backward)
+//   S_part, z_part    (B·H, chunks, Fp, Dp) / (B·H, chunks, Fp): per-chunk partial sums before the
+//                     deterministic reduction (in chunk order) over the sequence split
+#pragma once
+#include <cstdint>
+
+namespace nala::attention::cuda {
+
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+
+struct NalaKernelParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* grad_o = nullptr;
+  int64_t q_stride[3] = {0, 0, 0}, k_stride[3] = {0, 0, 0}, v_stride[3] = {0, 0, 0}, go_stride[3] = {0, 0, 0};
+  void* o = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* S = nullptr;
+  float* z = nullptr;
+  float* den = nullptr;
+  float* S_part = nullptr;   // forward: partial S; backward: partial dS
+  float* z_part = nullptr;   // forward: partial z; backward: partial dz
+  float* dS = nullptr;       // backward: ∂L/∂S summed over tokens (no 1/N)
+  float* dz = nullptr;       // backward: ∂L/∂z summed over tokens
+  int B = 0, H = 0, N = 0, D = 0, F = 0, Fp = 0, Dp = 0;
+  int chunks = 1;            // sequence split of the reducing kernels (state, dq)
+  int tokens_per_chunk = 0;
+  int out_chunks = 1;        // sequence split of the non-reducing kernels (output, dkv)
+  int out_tokens_per_chunk = 0;
+  int map = 0;               // FeatureMap
+  float lambda = 3, tau = 0.5f, alpha = 1, eps = 1e-6f, eps_norm = 1e-6f, focus_power = 3;
+  float inv_n = 1;
+  bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
+  DType dtype = DType::F32;
+};
+
+// Sizes that nala_cuda.cpp needs to allocate buffers and pick the sequence split.
+struct NalaKernelShape {
+  int F, Fp, Dp, tile_state, tile_out, tile_dq, tile_dkv, threads;
+};
+// D in {64, 72, 128}; feat 2 for the nala variants, 1 for the baselines. Throws otherwise.
+NalaKernelShape nala_kernel_shape(int D, int feat);
+
+// Launch on `stream` (a cudaStream_t). Throw std::runtime_error on launch errors.
+void launch_nala_forward(const NalaKernelParams& p, void* stream);
+void launch_nala_backward(const NalaKernelParams& p, void* stream);
+
+}  // namespace nala::attention::cuda

@@ -1,0 +1,97 @@
+#include "attention/nala_attention.h"
+
+#include <torch/autograd.h>
+
+#include "attention/nala_cpu.h"
+#ifdef NALA_WITH_CUDA
+#include "attention/cuda/nala_cuda.h"
+#endif
+
+namespace nala::attention {
+
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* who) {
+  const std::pair<const char*, const at::Tensor*> named[] = {{"q", &q}, {"k", &k}, {"v", &v}};
+  for (auto& [name, t] : named) {
+    TORCH_CHECK(t->defined(), who, ": ", name, " is undefined");
+    TORCH_CHECK(t->dim() == 4, who, ": ", name, " must be (B, H, N, d), got shape ", t->sizes());
+    TORCH_CHECK(at::isFloatingType(t->scalar_type()), who, ": ", name, " must be a float tensor, got ", t->scalar_type());
+    TORCH_CHECK(t->scalar_type() == q.scalar_type(), who, ": ", name, " has dtype ", t->scalar_type(), " but q has ", q.scalar_type());
+    TORCH_CHECK(t->device() == q.device(), who, ": ", name, " is on ", t->device(), " but q is on ", q.device());
+    TORCH_CHECK(t->sizes() == q.sizes(), who, ": ", name, " has shape ", t->sizes(), " but q has ", q.sizes());
+  }
+  TORCH_CHECK(q.size(2) > 0 && q.size(3) > 0, who, ": q has no tokens or zero head dim: ", q.sizes());
+}
+
+bool nala_cuda_kernels_available() {
+#ifdef NALA_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+NalaOptions unpack(const std::vector<double>& o) {
+  NalaOptions opt;
+  opt.feature_map = static_cast<FeatureMap>(int(o[0]));
+  opt.lambda = o[1];
+  opt.tau = o[2];
+  opt.alpha = o[3];
+  opt.eps = o[4];
+  opt.eps_norm = o[5];
+  opt.focus_power = o[6];
+  return opt;
+}
+
+struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            std::vector<double> packed) {
+    const NalaOptions opt = unpack(packed);
+    NalaForward r;
+    if (q.is_cuda()) {
+#ifdef NALA_WITH_CUDA
+      r = nala_forward_cuda(q, k, v, opt);
+#else
+      TORCH_CHECK(false, "nala_attention: q is on ", q.device(), " but this nala was built without CUDA kernels");
+#endif
+    } else {
+      r = nala_forward_cpu(q, k, v, opt);
+    }
+    ctx->save_for_backward({q, k, v, r.S, r.z, r.den});
+    ctx->saved_data["opt"] = c10::List<double>(packed);
+    return r.o;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    std::vector<double> packed;
+    for (double x : ctx->saved_data["opt"].toDoubleList()) packed.push_back(x);
+    const NalaOptions opt = unpack(packed);
+    at::Tensor go = grads[0];
+    std::tuple<at::Tensor, at::Tensor, at::Tensor> d;
+    if (saved[0].is_cuda()) {
+#ifdef NALA_WITH_CUDA
+      d = nala_backward_cuda(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], go, opt);
+#endif
+    } else {
+      d = nala_backward_cpu(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], go, opt);
+    }
+    return {std::get<0>(d), std::get<1>(d), std::get<2>(d), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt) {
+  check_qkv(q, k, v, "nala_attention");
+  TORCH_CHECK(opt.lambda >= 1.0, "nala_attention: lambda must be >= 1 (the power's gradient at 0), got ", opt.lambda);
+  const bool nala_variant = opt.feature_map == FeatureMap::Nala || opt.feature_map == FeatureMap::NalaRelu;
+  TORCH_CHECK(!nala_variant || opt.lambda * opt.tau >= 1.0, "nala_attention: the query power p = lambda*(tau + tanh n) must stay >= 1; ",
+              "lambda*tau = ", opt.lambda * opt.tau);
+  TORCH_CHECK(opt.eps > 0 && opt.eps_norm > 0, "nala_attention: eps and eps_norm must be positive, got ", opt.eps, ", ", opt.eps_norm);
+  std::vector<double> packed = {double(int(opt.feature_map)), opt.lambda, opt.tau, opt.alpha, opt.eps, opt.eps_norm, opt.focus_power};
+  return NalaAttentionFunction::apply(q, k, v, packed);
+}
+
+}  // namespace nala::attention

@@ -1,0 +1,21 @@
+// nala_attention(q, k, v, options): NaLa attention as an autograd op (NALA_SPEC.md §3-§4).
+// q, k, v: (B, H, N, d), the same float dtype and device; strided views (for example slices of
+// one qkvg projection) are read in place. Forward saves only q, k, v, S (F×d per head), z (F per
+// head) and one scalar per token; the backward is hand-derived (§4). CPU tensors run the fast
+// CPU path; CUDA tensors run the fused kernels (attention/cuda/) when nala was built with CUDA.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include "attention/nala_options.h"
+
+namespace nala::attention {
+
+at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt = {});
+
+// Checks shapes, dtypes and devices with the tensor's name in the message; used by every path.
+void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* who);
+
+// True when nala_attention on this device runs a fused CUDA kernel (false on CPU).
+bool nala_cuda_kernels_available();
+
+}  // namespace nala::attention

@@ -1,0 +1,8 @@
+// The benchmarks behind `nala bench <name>`; each prints a markdown table and asserts nothing.
+#pragma once
+
+namespace nala::bench {
+
+int bench_attention(int argc, char** argv);
+
+}  // namespace nala::bench

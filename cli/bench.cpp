@@ -1,0 +1,24 @@
+// nala bench <name> [options]: the benchmarks of bench/, as tables.
+#include <cstring>
+#include <iostream>
+
+#include "bench/benchmarks.h"
+#include "cli/commands.h"
+
+namespace nala::cli {
+
+int run_bench(int argc, char** argv) {
+  const char* usage =
+      "usage: nala bench <benchmark> [options]   (nala bench <benchmark> --help)\n"
+      "  attention   NaLa attention (CUDA kernels or the CPU path) vs the reference and softmax SDPA\n";
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << usage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string which = argv[1];
+  if (which == "attention") return bench::bench_attention(argc - 1, argv + 1);
+  std::cerr << "nala bench: unknown benchmark '" << which << "'\n" << usage;
+  return 2;
+}
+
+}  // namespace nala::cli
