@@ -255,10 +255,11 @@ __device__ __forceinline__ void features_forward(const float* xs, float* phi, co
   for (int j = FEAT * D + lane; j < Fp; j += TPT) out[j] = 0.f;
 }
 
-// dx[t][j] from g = ∂L/∂φ (gphi[t][·]); the result is written to global `out` (dtype T, contiguous).
+// dx[t][j] from g = ∂L/∂φ (gphi[t][·]); written to global `out` (dtype T, contiguous (B·H, N, D))
+// for the tokens t0 + t < n_end.
 template <typename T, int D, int FEAT, int LDX, int LDF, int TILE, int THREADS, bool FAST>
 __device__ __forceinline__ void features_backward(const float* xs, float* gphi, const NalaKernelParams& P, bool query, T* out, int bh,
-                                                  int t0) {
+                                                  int t0, int n_end) {
   constexpr int TPT = THREADS / TILE;
   const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
   const float* x = xs + t * LDX;
@@ -267,7 +268,7 @@ __device__ __forceinline__ void features_backward(const float* xs, float* gphi, 
   const int n = t0 + t;
   T* dst = out + (int64_t(bh) * P.N + n) * D;
   if (P.map == 2 || P.map == 3) {
-    if (n < P.N)
+    if (n < n_end)
       for (int j = lane; j < D; j += TPT) {
         const float xj = x[j];
         dst[j] = from_f<T>(P.map == 2 ? g[j] * (xj > 0.f ? 1.f : f_exp<FAST>(xj)) : (xj > 0.f ? g[j] : 0.f));
@@ -281,7 +282,7 @@ __device__ __forceinline__ void features_backward(const float* xs, float* gphi, 
     G = token_sum<TPT>(G);
     const bool clamped = !(st.nrp > 1e-12f);
     const float Dn = clamped ? 1e-12f : st.nrp, s = st.nr / Dn;
-    if (n < P.N)
+    if (n < n_end)
       for (int j = lane; j < D; j += TPT) {
         const float r = fmaxf(x[j], 0.f);
         float v = 0.f;
@@ -329,7 +330,7 @@ __device__ __forceinline__ void features_backward(const float* xs, float* gphi, 
   gp = token_sum<TPT>(gp);
   const float gn = query ? gp * P.lambda * (1.f - st.tn * st.tn) : 0.f;
   const bool above = st.n > P.eps_norm;
-  if (n < P.N)
+  if (n < n_end)
     for (int j = lane; j < D; j += TPT) {
       const float xj = x[j], xh = xj * st.inv;
       float v = above ? (g[j] - xh * dot) * st.inv + gn * xh : g[j] * st.inv + (st.n > 0.f ? gn * xj / st.n : 0.f);
@@ -506,7 +507,7 @@ __global__ void __launch_bounds__(Shape<D, FEAT>::THREADS) dq_kernel(const NalaK
     gemm_accumulate<S::Fp, S::Dp, TILE, true, false, SPLIT, S::WARPS, TPW>(acc, phi, S::LDF, gs, S::LDD);
     if (threadIdx.x < S::Fp)
       for (int r = 0; r < TILE; ++r) dzacc -= phi[r * S::LDF + threadIdx.x] * cs[r];
-    features_backward<T, D, FEAT, S::LDD, S::LDF, TILE, S::THREADS, !SPLIT>(xs, dphi, Q, true, static_cast<T*>(P.dq), bh, t0);
+    features_backward<T, D, FEAT, S::LDD, S::LDF, TILE, S::THREADS, !SPLIT>(xs, dphi, P, true, static_cast<T*>(P.dq), bh, t0, end);
     __syncthreads();
   }
   const bool final = P.chunks == 1;
@@ -558,7 +559,7 @@ __global__ void __launch_bounds__(Shape<D, FEAT>::THREADS) dkv_kernel(const Nala
     store_tile<T, D, S::LDD, TILE, S::THREADS>(static_cast<T*>(P.dv), dvs, bh, t0, P.N, P.inv_n);
     for (int f = lane; f < S::Fp; f += TPT) dphi[t * S::LDF + f] = (dphi[t * S::LDF + f] + dzs[f]) * P.inv_n;
     __syncthreads();
-    features_backward<T, D, FEAT, S::LDD, S::LDF, TILE, S::THREADS, !SPLIT>(xs, dphi, P, false, static_cast<T*>(P.dk), bh, t0);
+    features_backward<T, D, FEAT, S::LDD, S::LDF, TILE, S::THREADS, !SPLIT>(xs, dphi, P, false, static_cast<T*>(P.dk), bh, t0, end);
     __syncthreads();
   }
 }
