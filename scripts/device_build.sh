@@ -42,7 +42,7 @@ for step in "${steps[@]}"; do
       note "cuda tests: rc=$rc ($(( $(date +%s) - t0 )) s)"
       ;;
     sanitize)
-      filter='NalaCuda.Fp32AwkwardSizes:NalaCuda.EveryFeatureMap'
+      filter='NalaCuda.EveryFeatureMap'
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --print-limit 10 ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
           > "$out/sanitize_$tool.log" 2>&1
