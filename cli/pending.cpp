@@ -15,7 +15,5 @@ int run_train(int, char**) { return pending("train"); }
 int run_sample(int, char**) { return pending("sample"); }
 int run_eval(int, char**) { return pending("eval"); }
 int run_extract_latents(int, char**) { return pending("extract-latents"); }
-int run_forward(int, char**) { return pending("forward"); }
-int run_convert(int, char**) { return pending("convert"); }
 
 }  // namespace nala::cli

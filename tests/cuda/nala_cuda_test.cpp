@@ -33,7 +33,7 @@ Grads run(const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, c
   at::Tensor t = qkvg.detach().clone().requires_grad_(true);
   at::Tensor q = t.select(2, 0).transpose(1, 2), k = t.select(2, 1).transpose(1, 2), v = t.select(2, 2).transpose(1, 2);
   at::Tensor o = f(q, k, v);
-  (o.to(at::kFloat) * gout).sum().backward();
+  (o.to(gout.scalar_type()) * gout).sum().backward();
   at::Tensor g = t.grad();
   return {o.detach(), g.select(2, 0).transpose(1, 2), g.select(2, 1).transpose(1, 2), g.select(2, 2).transpose(1, 2)};
 }
@@ -50,8 +50,9 @@ void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0) {
   at::Tensor gout = at::randn({c.B, c.H, c.N, c.d}, at::kFloat);             // (B, H, N, d)
   auto ref_fn = [&](auto& q, auto& k, auto& v) { return nala_attention_reference(q, k, v, opt); };
   auto our_fn = [&](auto& q, auto& k, auto& v) { return nala_attention(q, k, v, opt); };
-  // reference in fp32 (the truth) and in the kernel's dtype (its own rounding error)
-  Grads ref32 = run(ref_fn, base.to(dt).to(at::kFloat), gout);
+  // the truth: the reference in float64 on the same (rounded) inputs; the reference's own error:
+  // the same reference run on the kernel's dtype (fp32 inside, output in that dtype)
+  Grads ref32 = run(ref_fn, base.to(dt).to(at::kDouble), gout.to(at::kDouble));
   Grads ref_lp = run(ref_fn, base.to(dt), gout);
   Grads ours = run(our_fn, base.to(dt).cuda(), gout.cuda());
   const at::Tensor* o[4] = {&ours.o, &ours.dq, &ours.dk, &ours.dv};
@@ -61,7 +62,10 @@ void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_FALSE(o[i]->isnan().any().item<bool>()) << names[i] << " has NaN (unwritten element?)";
     const double e = rel_err(*o[i], *r[i]), e_ref = rel_err(*l[i], *r[i]);
-    const double tol = dt == at::kFloat ? 1e-5 : (i == 0 ? 2.0 : 3.0) * e_ref + 1e-6;
+    // fp32: 1e-5 relative, or twice the fp32 reference's own error where the result is ill-conditioned
+    // (for N = 1, o = v and dq, dk are pure rounding noise around 0); low precision: 2x (outputs)
+    // and 3x (gradients) of the reference's error in that dtype (NALA_SPEC.md §8)
+    const double tol = dt == at::kFloat ? std::max(1e-5, 2.0 * e_ref) : (i == 0 ? 2.0 : 3.0) * e_ref + 1e-6;
     std::printf("%-9s %-5s B=%-3ld H=%ld N=%-5ld d=%-3ld %-2s  err %.2e  (reference in dtype %.2e, limit %.2e)\n",
                 feature_map_name(map).c_str(), dt == at::kFloat ? "fp32" : dt == at::kHalf ? "fp16" : "bf16", c.B, c.H, c.N, c.d,
                 names[i], e, e_ref, tol);

@@ -1,0 +1,28 @@
+#include "cli/common.h"
+
+#include <iostream>
+#include <stdexcept>
+
+#include <torch/cuda.h>
+
+namespace nala::cli {
+
+c10::Device pick_device(const std::string& flag) {
+  if (flag == "auto") {
+    if (torch::cuda::is_available()) return c10::Device("cuda");
+    std::cerr << "note: no CUDA device available, running on the CPU\n";
+    return c10::Device("cpu");
+  }
+  c10::Device d(flag);
+  if (d.is_cuda() && !torch::cuda::is_available()) throw std::runtime_error("--device " + flag + ": no CUDA device is available");
+  return d;
+}
+
+c10::ScalarType parse_dtype(const std::string& flag) {
+  if (flag == "fp32") return c10::kFloat;
+  if (flag == "bf16") return c10::kBFloat16;
+  if (flag == "fp16") return c10::kHalf;
+  throw std::runtime_error("unknown --dtype '" + flag + "' (known: fp32, bf16, fp16)");
+}
+
+}  // namespace nala::cli

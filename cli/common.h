@@ -1,0 +1,15 @@
+// Small helpers shared by the sub-commands: device and dtype flags, help handling.
+#pragma once
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace nala::cli {
+
+// "auto" (CUDA when available, else CPU, said once on stderr), "cpu", "cuda", "cuda:N".
+c10::Device pick_device(const std::string& flag);
+// "fp32", "bf16", "fp16"; throws with the known names.
+c10::ScalarType parse_dtype(const std::string& flag);
+
+}  // namespace nala::cli
