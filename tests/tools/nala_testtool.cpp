@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include "diffusion/datasets.h"
+#include "diffusion/gaussian_diffusion.h"
 #include "io/image.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
@@ -52,6 +53,23 @@ int main(int argc, char** argv) {
       const std::string f = a[3];
       io::ResampleFilter filt = f == "box" ? io::ResampleFilter::Box : f == "bilinear" ? io::ResampleFilter::Bilinear : io::ResampleFilter::Bicubic;
       io::save_npz(a[4], {{"arr_0", io::pil_resize(in, std::stoll(a[1]), std::stoll(a[2]), filt)}});
+    } else if (cmd == "diffusion-tables" && a.size() == 5) {
+      diffusion::GaussianDiffusion d(a[0], std::stoll(a[1]), a[2] == "-" ? "" : a[2], diffusion::parse_variance_type(a[3]));
+      auto t = [](const std::vector<double>& v) { return at::tensor(v, at::kDouble); };
+      io::save_npz(a[4], {{"betas", t(d.betas)}, {"alphas_cumprod", t(d.alphas_cumprod)}, {"alphas_cumprod_prev", t(d.alphas_cumprod_prev)},
+                          {"alphas_cumprod_next", t(d.alphas_cumprod_next)}, {"sqrt_recipm1_alphas_cumprod", t(d.sqrt_recipm1_alphas_cumprod)},
+                          {"posterior_variance", t(d.posterior_variance)}, {"posterior_log_variance_clipped", t(d.posterior_log_variance_clipped)},
+                          {"posterior_mean_coef1", t(d.posterior_mean_coef1)}, {"posterior_mean_coef2", t(d.posterior_mean_coef2)},
+                          {"timestep_map", at::tensor(d.timestep_map, at::kLong)}});
+    } else if (cmd == "diffusion-loss" && a.size() == 3) {
+      // IN: x0, t, noise, model_out (float32) for the 1000-step linear process with variance type a[1]
+      std::map<std::string, at::Tensor> in;
+      for (auto& [k, v] : io::load_npz(a[0])) in[k] = v;
+      diffusion::GaussianDiffusion d("linear", 1000, "", diffusion::parse_variance_type(a[1]));
+      at::Tensor seen_x, seen_t;
+      auto model = [&](const at::Tensor& x, const at::Tensor& t) { seen_x = x; seen_t = t; return in["model_out"]; };
+      auto L = d.training_losses(model, in["x0"], in["t"], in["noise"]);
+      io::save_npz(a[2], {{"loss", L.loss}, {"mse", L.mse}, {"vb", L.vb}, {"xt", seen_x}, {"t_model", seen_t}});
     } else if (cmd == "fmnist" && a.size() == 3) {
       auto d = data::read_fashion_mnist(a[0], a[1]);
       io::save_npz(a[2], {{"images", d.images}, {"labels", d.labels}});
