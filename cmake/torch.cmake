@@ -57,14 +57,20 @@ if(NALA_WITH_CUDA)
   # TorchConfig adds its flags (ABI) through TORCH_CXX_FLAGS
   separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(nala_torch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_torch_flags}>)
-  message(STATUS "nala: CUDA ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${NALA_CUDA_ARCHS})")
+  # NCCL for multi-GPU training: the header comes with the torch wheel's nvidia-nccl package
+  find_path(NCCL_INCLUDE_DIR nccl.h PATHS "${TORCH_ROOT}/../nvidia/nccl/include" /usr/local/cuda/include /usr/include NO_DEFAULT_PATH)
+  if(NCCL_INCLUDE_DIR)
+    target_include_directories(nala_torch SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+    target_compile_definitions(nala_torch INTERFACE NALA_WITH_NCCL=1)
+  endif()
+  message(STATUS "nala: CUDA ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${NALA_CUDA_ARCHS}, NCCL headers: ${NCCL_INCLUDE_DIR})")
 else()
   add_library(nala_torch INTERFACE)
   target_include_directories(nala_torch SYSTEM INTERFACE "${TORCH_ROOT}/include"
                              "${TORCH_ROOT}/include/torch/csrc/api/include")
   target_link_libraries(nala_torch INTERFACE "${TORCH_ROOT}/lib/libtorch_cpu.so" "${TORCH_ROOT}/lib/libc10.so")
   target_link_options(nala_torch INTERFACE "-Wl,-rpath,${TORCH_ROOT}/lib")
-  target_compile_definitions(nala_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+  target_compile_definitions(nala_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1 USE_DISTRIBUTED USE_C10D_GLOO)
   message(STATUS "nala: CUDA OFF (CPU-only build)")
 endif()
 # The torch wheel's libtorch*.so export their own static copies of std::filesystem, some of which

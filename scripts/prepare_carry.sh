@@ -10,5 +10,6 @@ cp /usr/include/stb/stb_image.h /usr/include/stb/stb_image_write.h "$dst/include
 cp /usr/include/zlib.h /usr/include/zconf.h "$dst/include/"
 cp -r /usr/include/nlohmann "$dst/include/"
 cp /usr/include/cxxopts.hpp "$dst/include/"
+cp -r /usr/include/gloo "$dst/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$dst/fashion-mnist/"
 du -sh "$dst"

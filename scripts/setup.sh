@@ -16,7 +16,7 @@ t0=$(date +%s)
 
 # 1. Debian packages ---------------------------------------------------------------------------
 pkgs=(build-essential cmake ninja-build ccache pkg-config git libstb-dev libcxxopts-dev
-      nlohmann-json3-dev zlib1g-dev libgtest-dev dataset-fashion-mnist)
+      nlohmann-json3-dev zlib1g-dev libgtest-dev libgloo-dev dataset-fashion-mnist)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
