@@ -10,6 +10,7 @@
 
 #include "diffusion/datasets.h"
 #include "diffusion/gaussian_diffusion.h"
+#include "diffusion/vae.h"
 #include "io/image.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
@@ -70,6 +71,24 @@ int main(int argc, char** argv) {
       auto model = [&](const at::Tensor& x, const at::Tensor& t) { seen_x = x; seen_t = t; return in["model_out"]; };
       auto L = d.training_losses(model, in["x0"], in["t"], in["noise"]);
       io::save_npz(a[2], {{"loss", L.loss}, {"mse", L.mse}, {"vb", L.vb}, {"xt", seen_x}, {"t_model", seen_t}});
+    } else if (cmd == "vae" && a.size() == 3) {
+      // vae WEIGHTS IN.npz OUT.npz: encodes arr "images" (mean, unscaled moments too), decodes "latents", tiled too
+      auto vae = diffusion::load_vae(a[0]);
+      std::map<std::string, at::Tensor> in;
+      for (auto& [k, v] : io::load_npz(a[1])) in[k] = v;
+      io::NamedTensors out;
+      if (in.count("images")) {
+        auto [mu, logvar] = vae->encode_moments(in["images"]);
+        out.emplace_back("mean", mu.detach());
+        out.emplace_back("logvar", logvar.detach());
+        out.emplace_back("latents_scaled", vae->encode(in["images"], true));
+        if (in["images"].size(2) > 64) out.emplace_back("latents_tiled", vae->encode_tiled(in["images"], true, 64));
+      }
+      if (in.count("latents")) {
+        out.emplace_back("decoded", vae->decode(in["latents"]));
+        out.emplace_back("decoded_tiled", vae->decode_tiled(in["latents"], 64));
+      }
+      io::save_npz(a[2], out);
     } else if (cmd == "fmnist" && a.size() == 3) {
       auto d = data::read_fashion_mnist(a[0], a[1]);
       io::save_npz(a[2], {{"images", d.images}, {"labels", d.labels}});

@@ -1,0 +1,115 @@
+"""`nala train` end to end on the built-in Fashion-MNIST (tiny model, CPU): the loss falls; a
+killed run resumed by re-running the same command reproduces the uninterrupted run's losses
+exactly; a corrupt latest checkpoint is reported and the previous one used; a failed write
+(file-size limit, as a full disk) loses nothing already saved; bad flags give clear errors."""
+import json
+import os
+import resource
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import BUILD, run
+
+FAST = ["--preset", "fashion-mnist-tiny", "--batch", "16", "--log-every", "1", "--sample-every", "0", "--workers", "1",
+        "--device", "cpu", "--seed", "3"]
+
+
+def losses(run_dir):
+    out = {}
+    with open(run_dir / "metrics.jsonl") as f:
+        for line in f:
+            j = json.loads(line)
+            out[j["step"]] = j["loss"]
+    return out
+
+
+def test_loss_falls(tmp):
+    run("nala", "train", *FAST, "--steps", "150", "--ckpt-every", "150", "--log-every", "25", "--out", tmp / "r")
+    L = losses(tmp / "r")
+    print("loss by step:", {k: round(v, 4) for k, v in L.items()})
+    assert L[150] < 0.5 * L[25], L
+    assert (tmp / "r" / "loss.png").stat().st_size > 1000
+    assert (tmp / "r" / "checkpoints" / "0000150" / "ema.safetensors").exists()
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp):
+    run("nala", "train", *FAST, "--steps", "24", "--ckpt-every", "8", "--out", tmp / "a")
+    # interrupted by a signal, then the same command again
+    args = [str(BUILD / "nala"), "train", *FAST, "--steps", "24", "--ckpt-every", "4", "--out", str(tmp / "b")]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        m = tmp / "b" / "metrics.jsonl"
+        if m.exists() and len(m.read_text().splitlines()) >= 6:
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, err
+    stopped = max(losses(tmp / "b"))
+    assert 6 <= stopped < 24
+    assert (tmp / "b" / "checkpoints" / f"{stopped:07d}" / "state.json").exists(), "no checkpoint written on SIGTERM"
+    run("nala", "train", *FAST, "--steps", "24", "--ckpt-every", "4", "--out", tmp / "b")
+    a, b = losses(tmp / "a"), losses(tmp / "b")
+    assert sorted(a) == sorted(b) == list(range(1, 25))
+    diffs = [abs(a[s] - b[s]) for s in a]
+    print(f"stopped at step {stopped}; max |loss difference| over 24 steps: {max(diffs)}")
+    assert max(diffs) == 0.0
+
+
+def test_corrupt_latest_checkpoint_falls_back(tmp):
+    run("nala", "train", *FAST, "--steps", "8", "--ckpt-every", "4", "--out", tmp / "r")
+    latest = tmp / "r" / "checkpoints" / "0000008" / "model.safetensors"
+    data = bytearray(latest.read_bytes())
+    latest.write_bytes(bytes(data[: len(data) // 2]))
+    p = run("nala", "train", *FAST, "--steps", "10", "--ckpt-every", "4", "--out", tmp / "r")
+    assert "0000008" in p.stderr and "unreadable" in p.stderr
+    assert "resuming from" in p.stderr and "0000004" in p.stderr
+    assert max(losses(tmp / "r")) == 10
+
+
+def test_failed_write_loses_nothing(tmp):
+    run("nala", "train", *FAST, "--steps", "4", "--ckpt-every", "4", "--out", tmp / "r")
+    good = tmp / "r" / "checkpoints" / "0000004"
+    before = {f.name: f.read_bytes() for f in good.iterdir()}
+
+    def limit():  # a "full disk": writes past 64 KiB fail with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    p = subprocess.run([str(BUILD / "nala"), "train", *FAST, "--steps", "8", "--ckpt-every", "8", "--out", str(tmp / "r")],
+                       capture_output=True, text=True, preexec_fn=limit, timeout=600)
+    assert p.returncode != 0
+    assert "failed" in p.stderr, p.stderr
+    after = {f.name: f.read_bytes() for f in good.iterdir()}
+    assert after == before
+    complete = [d.name for d in (tmp / "r" / "checkpoints").iterdir() if (d / "state.json").exists()]
+    assert complete == ["0000004"], complete
+    # and the run resumes from what was saved
+    run("nala", "train", *FAST, "--steps", "8", "--ckpt-every", "8", "--out", tmp / "r")
+    assert (tmp / "r" / "checkpoints" / "0000008" / "state.json").exists()
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--batch", "0"], "--batch must be positive"),
+    (["--lr", "-1"], "--lr must be positive"),
+    (["--ema-decay", "1.5"], "--ema-decay must be in [0, 1)"),
+    (["--precision", "fp8"], "--precision 'fp8'"),
+    (["--model", "DiT-Q/2"], "unknown model 'DiT-Q/2'"),
+    (["--preset", "nope"], "unknown preset 'nope'"),
+    (["--data", "/nonexistent/folder"], "/nonexistent/folder"),
+    (["--precision", "bf16"], "needs a CUDA device"),
+])
+def test_invalid_config_values(tmp, flags, needle):
+    p = run("nala", "train", *FAST, "--steps", "2", "--out", tmp / "r", *flags, check=False)
+    assert p.returncode != 0 and needle in p.stderr, p.stderr
+
+
+def test_resume_with_different_config_is_refused(tmp):
+    run("nala", "train", *FAST, "--steps", "2", "--ckpt-every", "2", "--out", tmp / "r")
+    p = run("nala", "train", *FAST, "--steps", "4", "--lr", "0.001", "--out", tmp / "r", check=False)
+    assert p.returncode != 0 and "different configuration" in p.stderr
