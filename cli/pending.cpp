@@ -11,7 +11,6 @@ int pending(const char* name) {
 }
 }  // namespace
 
-int run_eval(int, char**) { return pending("eval"); }
 int run_extract_latents(int, char**) { return pending("extract-latents"); }
 
 }  // namespace nala::cli

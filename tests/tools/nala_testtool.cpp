@@ -11,6 +11,8 @@
 #include "diffusion/datasets.h"
 #include "diffusion/gaussian_diffusion.h"
 #include "diffusion/vae.h"
+#include "metrics/inception.h"
+#include "metrics/statistics.h"
 #include "io/image.h"
 #include "io/npz.h"
 #include "io/safetensors.h"
@@ -89,6 +91,37 @@ int main(int argc, char** argv) {
         out.emplace_back("decoded_tiled", vae->decode_tiled(in["latents"], 64));
       }
       io::save_npz(a[2], out);
+    } else if (cmd == "inception" && a.size() == 3) {
+      // inception WEIGHTS IN.npz OUT.npz: IN has "x" (N, 3, 299, 299) normalised and/or "images" uint8 NHWC
+      auto net = metrics::load_inception(a[0]);
+      std::map<std::string, at::Tensor> in;
+      for (auto& [k, v] : io::load_npz(a[1])) in[k] = v;
+      io::NamedTensors out;
+      if (in.count("x")) {
+        auto f = net->forward_normalised(in["x"]);
+        out.insert(out.end(), {{"pool", f.pool}, {"spatial", f.spatial}, {"logits", f.logits}});
+      }
+      if (in.count("images")) {
+        auto f = net->forward_uint8(in["images"]);
+        out.insert(out.end(), {{"pool_u8", f.pool}, {"spatial_u8", f.spatial}, {"logits_u8", f.logits}});
+      }
+      io::save_npz(a[2], out);
+    } else if (cmd == "tf-resize" && a.size() == 4) {
+      auto x = io::load_npz(a[0]).at(0).second;
+      io::save_npz(a[3], {{"out", metrics::tf1_resize_bilinear(x, std::stoll(a[1]), std::stoll(a[2]))}});
+    } else if (cmd == "metrics" && a.size() == 2) {
+      // metrics IN.npz OUT.npz: IN has a, b (features), logits; FID of (a, b) with a first, IS of logits, P/R (ref a, samples b)
+      std::map<std::string, at::Tensor> in;
+      for (auto& [k, v] : io::load_npz(a[0])) in[k] = v;
+      metrics::RunningStats sa(in["a"].size(1)), sb(in["b"].size(1));
+      for (int64_t i = 0; i < in["a"].size(0); i += 37) sa.add(in["a"].narrow(0, i, std::min<int64_t>(37, in["a"].size(0) - i)));
+      sb.add(in["b"]);
+      const double fid = metrics::frechet_distance(sb.mean(), sb.covariance(), sa.mean(), sa.covariance());
+      const double is = metrics::inception_score(in["logits"], std::stoll(in.count("split") ? std::to_string(in["split"].item<int64_t>()) : "5000"));
+      auto pr = metrics::precision_recall(in["a"], in["b"], 3, 64);
+      io::save_npz(a[1], {{"fid", at::tensor(fid, at::kDouble)}, {"is", at::tensor(is, at::kDouble)}, {"precision", at::tensor(pr.precision, at::kDouble)},
+                          {"recall", at::tensor(pr.recall, at::kDouble)}, {"mu_a", sa.mean()}, {"sigma_a", sa.covariance()},
+                          {"radii_a", metrics::manifold_radii(in["a"], 3, 64)}});
     } else if (cmd == "fmnist" && a.size() == 3) {
       auto d = data::read_fashion_mnist(a[0], a[1]);
       io::save_npz(a[2], {{"images", d.images}, {"labels", d.labels}});

@@ -1,0 +1,180 @@
+#include "metrics/evaluator.h"
+
+#include <chrono>
+#include <iostream>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "diffusion/datasets.h"
+#include "io/npz.h"
+#include "io/progress.h"
+#include "metrics/fmnist_classifier.h"
+#include "metrics/inception.h"
+#include "metrics/statistics.h"
+
+namespace nala::metrics {
+namespace {
+
+struct Extracted {
+  at::Tensor pool, logits;  // (N, 2048), (N, 1008) on the CPU
+  RunningStats pool_stats{2048}, spatial_stats{2023};
+  std::vector<int64_t> image_shape;
+  double seconds = 0;
+};
+
+void check_images(const io::NpzArrayReader& r, const std::string& path) {
+  const auto& s = r.shape();
+  if (s.size() != 4 || s[3] != 3 || r.dtype() != at::kByte)
+    throw std::runtime_error(path + ": arr_0 must be uint8 images (N, H, W, 3), got " + c10::toString(r.dtype()) + " " + c10::str(at::IntArrayRef(s)));
+  if (s[0] < 1) throw std::runtime_error(path + ": arr_0 holds no images");
+}
+
+Extracted extract(FidInception& net, const std::string& path, const EvalOptions& o) {
+  io::NpzArrayReader r(path, "arr_0");
+  check_images(r, path);
+  Extracted e;
+  e.image_shape = r.shape();
+  std::vector<at::Tensor> pools, logits;
+  io::ProgressBar bar("inception " + path.substr(path.find_last_of('/') + 1), r.rows_total(), "img");
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t done = 0;
+  while (r.rows_left() > 0) {
+    at::Tensor imgs = r.read_rows(o.batch);
+    InceptionFeatures f = net.forward_uint8(imgs);
+    e.pool_stats.add(f.pool);
+    e.spatial_stats.add(f.spatial);
+    pools.push_back(f.pool.cpu());
+    logits.push_back(f.logits.cpu());
+    done += imgs.size(0);
+    if (o.progress) bar.update(done);
+  }
+  if (o.progress) bar.finish();
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  e.pool = at::cat(pools);
+  e.logits = at::cat(logits);
+  return e;
+}
+
+void check_counts(int64_t n, int64_t dim, const std::string& what, const EvalOptions& o) {
+  if (n < 2) throw std::runtime_error(what + ": " + std::to_string(n) + " image(s) are too few for statistics");
+  if (n < dim && !o.allow_few_samples)
+    throw std::runtime_error(what + ": " + std::to_string(n) + " images are fewer than the " + std::to_string(dim) +
+                             " feature dimensions, so the covariance is singular and the distance meaningless (FID-50K uses 50,000; "
+                             "--allow-few-samples overrides)");
+}
+
+}  // namespace
+
+InceptionMetrics evaluate_inception(FidInception& net, const std::string& ref_npz, const std::string& sample_npz, const EvalOptions& o) {
+  torch::NoGradGuard ng;
+  // validate both files before the long part
+  {
+    io::NpzArrayReader rr(ref_npz, "arr_0"), rs(sample_npz, "arr_0");
+    check_images(rr, ref_npz);
+    check_images(rs, sample_npz);
+    if ((rr.shape()[1] != rs.shape()[1] || rr.shape()[2] != rs.shape()[2]) && !o.allow_size_mismatch)
+      throw std::runtime_error("image sizes differ: " + ref_npz + " has " + std::to_string(rr.shape()[1]) + "x" + std::to_string(rr.shape()[2]) +
+                               ", " + sample_npz + " has " + std::to_string(rs.shape()[1]) + "x" + std::to_string(rs.shape()[2]) +
+                               " (both are resized to 299 for Inception; --allow-size-mismatch compares them anyway)");
+  }
+  std::map<std::string, at::Tensor> ref_stats;
+  for (const auto& k : io::npz_keys(ref_npz))
+    if (k == "mu" || k == "sigma" || k == "mu_s" || k == "sigma_s") ref_stats[k] = io::NpzArrayReader(ref_npz, k).read_all();
+  if (!ref_stats.empty() && ref_stats.size() != 4)
+    throw std::runtime_error(ref_npz + ": a reference batch carries all of mu, sigma, mu_s, sigma_s or none of them");
+  Extracted ref = extract(net, ref_npz, o);
+  Extracted sam = extract(net, sample_npz, o);
+  check_counts(sam.pool.size(0), 2048, sample_npz, o);
+  InceptionMetrics m;
+  m.samples = sam.pool.size(0);
+  m.references = ref.pool.size(0);
+  m.images_per_second = double(m.samples + m.references) / (ref.seconds + sam.seconds);
+  at::Tensor mu, sigma, mu_s, sigma_s;
+  if (!ref_stats.empty()) {
+    mu = ref_stats["mu"];
+    sigma = ref_stats["sigma"];
+    mu_s = ref_stats["mu_s"];
+    sigma_s = ref_stats["sigma_s"];
+    m.reference_stats_from_file = true;
+    if (mu.numel() != 2048 || mu_s.numel() != 2023)
+      throw std::runtime_error(ref_npz + ": mu has " + std::to_string(mu.numel()) + " and mu_s " + std::to_string(mu_s.numel()) +
+                               " entries, expected 2048 and 2023");
+  } else {
+    check_counts(ref.pool.size(0), 2048, ref_npz, o);
+    mu = ref.pool_stats.mean();
+    sigma = ref.pool_stats.covariance();
+    mu_s = ref.spatial_stats.mean();
+    sigma_s = ref.spatial_stats.covariance();
+  }
+  // sample statistics first, as evaluator.py:56 calls sample_stats.frechet_distance(ref_stats)
+  m.fid = frechet_distance(sam.pool_stats.mean(), sam.pool_stats.covariance(), mu, sigma);
+  m.sfid = frechet_distance(sam.spatial_stats.mean(), sam.spatial_stats.covariance(), mu_s, sigma_s);
+  m.inception_score = inception_score(sam.logits, 5000);
+  auto pr = precision_recall(ref.pool.to(o.device), sam.pool.to(o.device), 3, 10000);
+  m.precision = pr.precision;
+  m.recall = pr.recall;
+  return m;
+}
+
+void save_reference_stats(FidInception& net, const std::string& in_npz, const std::string& out_npz, const EvalOptions& o) {
+  torch::NoGradGuard ng;
+  Extracted e = extract(net, in_npz, o);
+  check_counts(e.pool.size(0), 2048, in_npz, o);
+  io::NpzArrayReader r(in_npz, "arr_0");
+  io::NpzWriter w(out_npz);
+  w.begin("arr_0", at::kByte, r.shape());
+  while (r.rows_left() > 0) w.append(r.read_rows(1000));
+  w.add("mu", e.pool_stats.mean());
+  w.add("sigma", e.pool_stats.covariance());
+  w.add("mu_s", e.spatial_stats.mean());
+  w.add("sigma_s", e.spatial_stats.covariance());
+  w.close();
+}
+
+FmnistMetrics evaluate_fmnist(FmnistClassifier& net, const std::string& sample_npz, const std::string& fmnist_dir, const EvalOptions& o) {
+  torch::NoGradGuard ng;
+  net.to(o.device);
+  io::NpzArrayReader r(sample_npz, "arr_0");
+  const auto& s = r.shape();
+  if (s.size() != 4 || s[1] != 32 || s[2] != 32 || r.dtype() != at::kByte)
+    throw std::runtime_error(sample_npz + ": FD-FMNIST needs uint8 samples (N, 32, 32, C), got " + c10::str(at::IntArrayRef(s)));
+  auto feats = [&](const at::Tensor& x) {  // x: (N, 1, 32, 32) in [-1, 1]
+    std::vector<at::Tensor> f, l;
+    for (int64_t i = 0; i < x.size(0); i += 1000) {
+      at::Tensor xb = x.narrow(0, i, std::min<int64_t>(1000, x.size(0) - i)).to(o.device);
+      at::Tensor h = net.features(xb);
+      f.push_back(h.cpu());
+      l.push_back(net.fc2->forward(h).cpu());
+    }
+    return std::make_pair(at::cat(f), at::cat(l));
+  };
+  at::Tensor imgs = r.read_all();                                                    // (N, 32, 32, C)
+  at::Tensor xs = imgs.select(3, 0).unsqueeze(1).to(at::kFloat).div(127.5).sub(1.0);  // gray: channel 0
+  data::FashionMNIST test(fmnist_dir, "test", 32);
+  at::Tensor xr = test.images().unsqueeze(1).to(at::kFloat).div(127.5).sub(1.0);
+  auto [fs, ls] = feats(xs);
+  auto [fr, lr] = feats(xr);
+  check_counts(fs.size(0), 256, sample_npz, o);
+  RunningStats a(256), b(256);
+  a.add(fs);
+  b.add(fr);
+  FmnistMetrics m;
+  m.samples = fs.size(0);
+  m.references = fr.size(0);
+  m.fd = frechet_distance(a.mean(), a.covariance(), b.mean(), b.covariance());
+  auto pr = precision_recall(fr, fs, 3, 10000);
+  m.precision = pr.precision;
+  m.recall = pr.recall;
+  m.class_is = inception_score(ls, 5000);
+  bool has_labels = false;
+  for (const auto& k : io::npz_keys(sample_npz)) has_labels |= k == "arr_1";
+  if (has_labels) {
+    at::Tensor y = io::NpzArrayReader(sample_npz, "arr_1").read_all().to(at::kLong);
+    if (y.numel() == fs.size(0)) m.class_accuracy = (ls.argmax(1) == y).to(at::kDouble).mean().item<double>();
+  }
+  return m;
+}
+
+}  // namespace nala::metrics

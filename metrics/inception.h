@@ -1,0 +1,40 @@
+// The FID Inception network (pytorch-fid's InceptionV3: torchvision's Inception3 with the FID
+// blocks, 1008 logits; REFERENCE.md §6.7), fed the way the ADM evaluator's TF graph is fed:
+// uint8 NHWC -> float -> TF1 bilinear resize to 299 (align_corners false, no half-pixel offset)
+// -> (x − 128)/128. Module names are the torchvision keys of pt_inception-2015-12-05
+// (converted to safetensors by scripts/convert_inception.py).
+// Features per image: pool3 (2048, the average of Mixed_7c), spatial (Mixed_6d.branch1x1 after its
+// ReLU, first 7 channels, flattened in (h, w, c) order: 2023), logits = pool3 · fc.weightᵀ (no bias).
+#pragma once
+#include <memory>
+#include <string>
+
+#include <torch/nn/module.h>
+
+namespace nala::metrics {
+
+// TF1 ResizeBilinear (align_corners = false, half_pixel_centers = false): src = dst · (in/out) in
+// float32, lo = floor(src), hi = min(lo + 1, in − 1). x: (N, C, H, W) float -> (N, C, out_h, out_w).
+at::Tensor tf1_resize_bilinear(const at::Tensor& x, int64_t out_h, int64_t out_w);
+
+struct InceptionFeatures {
+  at::Tensor pool;     // (N, 2048) float32
+  at::Tensor spatial;  // (N, 2023) float32
+  at::Tensor logits;   // (N, 1008) float32, without the fc bias
+};
+
+class FidInception : public torch::nn::Module {
+ public:
+  FidInception();
+  // images: (N, H, W, 3) uint8 (any size; resized to 299 inside)
+  InceptionFeatures forward_uint8(const at::Tensor& images);
+  // x: (N, 3, 299, 299) already normalised to [−1, 1)
+  InceptionFeatures forward_normalised(const at::Tensor& x);
+  struct Impl;
+  std::shared_ptr<Impl> impl;
+};
+
+// Loads the 566-tensor state dict (the num_batches_tracked buffers and fc.bias may be absent).
+std::shared_ptr<FidInception> load_inception(const std::string& path);
+
+}  // namespace nala::metrics
