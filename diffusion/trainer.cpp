@@ -14,6 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#ifdef NALA_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include "diffusion/adamw.h"
 #include "diffusion/checkpoint_io.h"
 #include "diffusion/data_loader.h"
@@ -80,6 +84,16 @@ std::vector<std::pair<int64_t, std::string>> checkpoints_desc(const std::string&
 
 void write_json(const std::string& path, const nlohmann::json& j) {
   io::write_file_atomic(path, [&](std::ostream& o) { o << j.dump(2) << "\n"; });
+}
+
+double peak_memory_mib(const c10::Device& d) {
+#ifdef NALA_WITH_CUDA
+  if (d.is_cuda()) {
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? 0 : d.index());
+    return double(st.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) / (1 << 20);
+  }
+#endif
+  return 0.0;
 }
 
 struct RunState {
@@ -358,6 +372,7 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
         nlohmann::json j = {{"step", step}, {"loss", mean_loss}, {"grad_norm", last_grad_norm}, {"lr", cfg.lr},
                             {"steps_per_s", secs > 0 ? steps_done / secs : 0.0}, {"img_per_s", secs > 0 ? steps_done * cfg.global_batch / secs : 0.0},
                             {"images_seen", st.images_seen}, {"epoch", st.epoch}, {"nonfinite", st.nonfinite}};
+        if (device.is_cuda()) j["peak_mib"] = peak_memory_mib(device);
         metrics.push_back(j);
         std::ofstream(metrics_path, std::ios::app) << j.dump() << "\n";
         write_plot();

@@ -54,7 +54,8 @@ for step in "${steps[@]}"; do
       note "bench attention: rc=$? ($(( $(date +%s) - t0 )) s)"
       ;;
     *)
-      [ -x "scripts/device_steps/$step.sh" ] && { bash "scripts/device_steps/$step.sh" "$out"; note "$step: rc=$?"; continue; }
+      name=${step%%:*}; args=${step#"$name"}; args=${args//:/ }
+      [ -x "scripts/device_steps/$name.sh" ] && { bash "scripts/device_steps/$name.sh" "$out" $args; note "$step: rc=$? ($(( $(date +%s) - t0 )) s)"; continue; }
       note "unknown step '$step'"
       ;;
   esac
@@ -64,5 +65,7 @@ echo
 echo "===== summary ($(( $(date +%s) - t_start )) s) ====="
 cat "$summary"
 [ -f "$out/cuda_errors.txt" ] && { echo "--- worst kernel errors ---"; sort -g -k11 "$out/cuda_errors.txt" 2>/dev/null | tail -5; }
-[ -f "$out/bench_attention.md" ] && { echo "--- attention benchmark ---"; cat "$out/bench_attention.md"; }
+for f in "$out"/bench_*.md "$out"/experiment_*.md; do
+  [ -f "$f" ] && { echo "--- $(basename "$f") ---"; cat "$f"; }
+done
 exit 0

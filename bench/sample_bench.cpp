@@ -1,0 +1,78 @@
+// `nala bench sample`: the DDPM sampling step with classifier-free guidance (forward on the
+// doubled batch, guidance, p_sample update) timed over a number of steps, extrapolated to img/s of
+// a full 250-step run. The PyTorch counterpart is scripts/bench_pytorch_sample.py.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "bench/benchmarks.h"
+#include "bench/timing.h"
+#include "diffusion/dit.h"
+#include "diffusion/gaussian_diffusion.h"
+#include "samplers/guidance.h"
+
+namespace nala::bench {
+
+int bench_sample(int argc, char** argv) {
+  cxxopts::Options o("nala bench sample", "DDPM+CFG sampling throughput");
+  o.add_options()("models", "comma list", cxxopts::value<std::string>()->default_value("DiT-XL/2,NaLaDiT-XL/2"))(
+      "batch", "images", cxxopts::value<int64_t>()->default_value("64"))("image-size", "pixels", cxxopts::value<int64_t>()->default_value("256"))(
+      "sampling-steps", "steps of the full run the img/s refers to", cxxopts::value<int64_t>()->default_value("250"))(
+      "measure", "steps timed", cxxopts::value<int>()->default_value("10"))("cfg-scale", "guidance", cxxopts::value<double>()->default_value("1.5"))(
+      "dtypes", "comma list of bf16, fp32", cxxopts::value<std::string>()->default_value("bf16,fp32"))(
+      "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
+  auto a = o.parse(argc, argv);
+  if (a.count("help")) {
+    std::cout << o.help() << "\n";
+    return 0;
+  }
+  const c10::Device dev(a["device"].as<std::string>());
+  const int64_t B = a["batch"].as<int64_t>(), L = a["image-size"].as<int64_t>() / 8, S = a["sampling-steps"].as<int64_t>();
+  if (dev.is_cuda()) at::globalContext().setAllowTF32CuBLAS(true);  // fp32 rows are fp32+TF32, as the official sampler
+  std::printf("# nala bench sample  device: %s  batch %ld  %ldx%ld latents  %ld DDPM steps  cfg %.2f\n", device_name(dev).c_str(), B, L, L, S,
+              a["cfg-scale"].as<double>());
+  std::printf("| model | dtype | ms/step | img/s (%ld steps) | peak MiB |\n|---|---|---|---|---|\n", S);
+  std::stringstream ss(a["models"].as<std::string>());
+  std::string name;
+  torch::NoGradGuard ng;
+  while (std::getline(ss, name, ',')) {
+    std::stringstream ds(a["dtypes"].as<std::string>());
+    std::string dts;
+    while (std::getline(ds, dts, ',')) {
+      try {
+        const auto dt = dts == "bf16" ? at::kBFloat16 : at::kFloat;
+        auto cfg = diffusion::model_config(name);
+        cfg.input_size = L;
+        torch::manual_seed(0);
+        auto model = std::make_shared<diffusion::DiT>(cfg);
+        for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.02);  // non-trivial weights
+        model->to(dev, dt);
+        model->eval();
+        diffusion::GaussianDiffusion d("linear", 1000, std::to_string(S));
+        at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().dtype(at::kLong)).to(dev);
+        samplers::LabelledNet net = [&](const at::Tensor& x, const at::Tensor& t, const at::Tensor& yy) { return model->forward(x.to(dt), t, yy).to(at::kFloat); };
+        auto f = samplers::classifier_free_guidance(net, y, 1000, a["cfg-scale"].as<double>(), 3, 4);
+        at::Tensor x = at::randn({B, 4, L, L}, at::TensorOptions().device(dev));
+        int64_t i = S - 1;
+        auto step = [&] {
+          at::Tensor t = at::full({B}, i, x.options().dtype(at::kLong));
+          auto p = d.p_mean_variance(f(x, d.model_timesteps(t)), x, t, false);
+          x = p.mean + at::exp(0.5 * p.log_variance) * at::randn_like(x);
+          i = i > 1 ? i - 1 : S - 1;
+        };
+        reset_peak_memory(dev);
+        Timing t = time_it(step, dev, 2, a["measure"].as<int>());
+        std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", name.c_str(), dts.c_str(), t.median_ms, B / (t.median_ms * S / 1e3), peak_memory_mib(dev));
+      } catch (const std::exception& e) {
+        std::printf("| %s | %s | failed: %.80s |\n", name.c_str(), dts.c_str(), e.what());
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace nala::bench

@@ -1,0 +1,89 @@
+// `nala bench train`: img/s of one training step (DDPM hybrid loss, AdamW, EMA; bf16 autocast on
+// CUDA) at a given batch on random latents, per model. The PyTorch counterpart for the comparison
+// is scripts/bench_pytorch_train.py (same shapes, bf16 autocast, AdamW), run beside it.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <ATen/autocast_mode.h>
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "bench/benchmarks.h"
+#include "bench/timing.h"
+#include "diffusion/adamw.h"
+#include "diffusion/dit.h"
+#include "diffusion/gaussian_diffusion.h"
+
+namespace nala::bench {
+
+int bench_train(int argc, char** argv) {
+  cxxopts::Options o("nala bench train", "training-step throughput of DiT / NaLaDiT models");
+  o.add_options()("models", "comma list", cxxopts::value<std::string>()->default_value("DiT-S/2,NaLaDiT-S/2,DiT-B/2,NaLaDiT-B/2,DiT-XL/2,NaLaDiT-XL/2"))(
+      "batch", "batch size", cxxopts::value<int64_t>()->default_value("256"))("image-size", "pixels (latent = /8)", cxxopts::value<int64_t>()->default_value("256"))(
+      "steps", "timed steps", cxxopts::value<int>()->default_value("10"))("warmup", "warm-up steps", cxxopts::value<int>()->default_value("3"))(
+      "precision", "bf16 or fp32", cxxopts::value<std::string>()->default_value("bf16"))(
+      "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
+  auto a = o.parse(argc, argv);
+  if (a.count("help")) {
+    std::cout << o.help() << "\n";
+    return 0;
+  }
+  const c10::Device dev(a["device"].as<std::string>());
+  const int64_t B = a["batch"].as<int64_t>(), L = a["image-size"].as<int64_t>() / 8;
+  const bool bf16 = a["precision"].as<std::string>() == "bf16" && dev.is_cuda();
+  if (dev.is_cuda()) at::globalContext().setAllowTF32CuBLAS(true);  // as DiT's train.py
+  std::printf("# nala bench train  device: %s  batch %ld  latents 4x%ldx%ld  %s\n", device_name(dev).c_str(), B, L, L, bf16 ? "bf16 autocast" : "fp32");
+  std::printf("| model | params (M) | ms/step | img/s | peak MiB |\n|---|---|---|---|---|\n");
+  std::stringstream ss(a["models"].as<std::string>());
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    try {
+      auto cfg = diffusion::model_config(name);
+      cfg.input_size = L;
+      torch::manual_seed(0);
+      auto model = std::make_shared<diffusion::DiT>(cfg);
+      model->to(dev);
+      auto ema = std::make_shared<diffusion::DiT>(cfg);
+      ema->to(dev);
+      std::vector<at::Tensor> params;
+      for (auto& p : model->parameters())
+        if (p.requires_grad()) params.push_back(p);
+      diffusion::AdamW opt(params, {});
+      diffusion::GaussianDiffusion diff;
+      at::Tensor x = at::randn({B, 4, L, L}, at::TensorOptions().device(dev));
+      at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().device(dev).dtype(at::kLong));
+      model->train();
+      auto step = [&] {
+        {
+          if (bf16) {
+            at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+            at::autocast::set_autocast_enabled(at::kCUDA, true);
+            at::autocast::increment_nesting();
+          }
+          at::Tensor t = at::randint(0, 1000, {B}, x.options().dtype(at::kLong));
+          auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model->forward(xt, tt, y); };
+          at::Tensor loss = diff.training_losses(fn, x, t, at::randn_like(x)).loss.mean();
+          if (bf16) {
+            if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+            at::autocast::set_autocast_enabled(at::kCUDA, false);
+          }
+          loss.backward();
+        }
+        opt.step();
+        opt.zero_grad();
+        diffusion::update_ema(ema->parameters(), model->parameters(), 0.9999);
+      };
+      reset_peak_memory(dev);
+      Timing t = time_it(step, dev, a["warmup"].as<int>(), a["steps"].as<int>());
+      std::printf("| %s | %.2f | %.1f | %.0f | %.0f |\n", name.c_str(), model->parameter_count() / 1e6, t.median_ms, B / (t.median_ms / 1e3),
+                  peak_memory_mib(dev));
+    } catch (const std::exception& e) {
+      std::printf("| %s | failed: %.80s |\n", name.c_str(), e.what());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace nala::bench

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The PyTorch baseline for `nala bench train`: one DiT training step as DiT's train.py does it
+(ADM hybrid loss: MSE + VLB on the detached mean, AdamW lr 1e-4, EMA 0.9999), with bf16 autocast and
+TF32, on random 4x32x32 latents, the model from scripts/reference_dit.py (timm layers, fused SDPA).
+Prints a markdown table: model, ms/step, img/s, peak MiB.
+
+usage: python3 scripts/bench_pytorch_train.py [--models DiT-S/2,DiT-B/2,DiT-XL/2] [--batch 256] [--image-size 256]
+"""
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import reference_dit  # noqa: E402
+
+
+class Diffusion:
+    """The ADM training loss (gaussian_diffusion.py:715-787), linear schedule, learned-range variance."""
+
+    def __init__(self, device):
+        b = np.linspace(1e-4, 0.02, 1000)
+        ac = np.cumprod(1 - b)
+        acp = np.append(1.0, ac[:-1])
+        pv = b * (1 - acp) / (1 - ac)
+        t = lambda a: torch.tensor(a, dtype=torch.float32, device=device)
+        self.sqrt_ac, self.sqrt_1mac = t(np.sqrt(ac)), t(np.sqrt(1 - ac))
+        self.recip, self.recipm1 = t(np.sqrt(1 / ac)), t(np.sqrt(1 / ac - 1))
+        self.c1, self.c2 = t(b * np.sqrt(acp) / (1 - ac)), t((1 - acp) * np.sqrt(1 - b) / (1 - ac))
+        self.logvar_min, self.log_beta = t(np.log(np.append(pv[1], pv[1:]))), t(np.log(b))
+
+    def loss(self, model, x0, y):
+        n = x0.shape[0]
+        t = torch.randint(0, 1000, (n,), device=x0.device)
+        e = lambda a: a[t].view(-1, 1, 1, 1)
+        noise = torch.randn_like(x0)
+        xt = e(self.sqrt_ac) * x0 + e(self.sqrt_1mac) * noise
+        out = model(xt, t, y).float()
+        eps, v = out.chunk(2, dim=1)
+        mse = ((noise - eps) ** 2).mean((1, 2, 3))
+        x0p = e(self.recip) * xt - e(self.recipm1) * eps.detach()
+        mean = e(self.c1) * x0p + e(self.c2) * xt
+        frac = (v + 1) / 2
+        logvar = frac * e(self.log_beta) + (1 - frac) * e(self.logvar_min)
+        tmean, tlv = e(self.c1) * x0 + e(self.c2) * xt, e(self.logvar_min)
+        kl = 0.5 * (-1 + logvar - tlv + torch.exp(tlv - logvar) + (tmean - mean) ** 2 * torch.exp(-logvar))
+        return (mse + kl.mean((1, 2, 3)) / math.log(2)).mean()  # (the t = 0 decoder term is timing-neutral)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="DiT-S/2,DiT-B/2,DiT-XL/2")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=256)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    dev = "cuda"
+    L = a.image_size // 8
+    diff = Diffusion(dev)
+    print(f"# PyTorch {torch.__version__} DiT training step, {torch.cuda.get_device_name()}, batch {a.batch}, latents 4x{L}x{L}, bf16 autocast")
+    print("| model | ms/step | img/s | peak MiB |\n|---|---|---|---|")
+    for name in a.models.split(","):
+        torch.manual_seed(0)
+        model = reference_dit.DiT(name, input_size=L).to(dev).train()
+        ema = reference_dit.DiT(name, input_size=L).to(dev).eval().requires_grad_(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0)
+        x = torch.randn(a.batch, 4, L, L, device=dev)
+        y = torch.randint(0, 1000, (a.batch,), device=dev)
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = diff.loss(model, x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                for pe, pm in zip(ema.parameters(), model.parameters()):
+                    pe.mul_(0.9999).add_(pm.detach(), alpha=0.0001)
+
+        for _ in range(a.warmup):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(a.steps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            step()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        ms = float(np.median(times))
+        print(f"| {name} (PyTorch) | {ms:.1f} | {a.batch / ms * 1e3:.0f} | {torch.cuda.max_memory_allocated() / 2**20:.0f} |", flush=True)
+        del model, ema, opt
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
