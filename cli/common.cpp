@@ -4,6 +4,9 @@
 #include <stdexcept>
 
 #include <torch/cuda.h>
+#ifdef NALA_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace nala::cli {
 
@@ -16,6 +19,12 @@ c10::Device pick_device(const std::string& flag) {
   c10::Device d(flag);
   if (d.is_cuda() && !torch::cuda::is_available()) throw std::runtime_error("--device " + flag + ": no CUDA device is available");
   return d;
+}
+
+void set_current_cuda_device(const c10::Device& device) {
+#ifdef NALA_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.index() < 0 ? 0 : device.index());
+#endif
 }
 
 c10::ScalarType parse_dtype(const std::string& flag) {

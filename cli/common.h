@@ -9,6 +9,8 @@ namespace nala::cli {
 
 // "auto" (CUDA when available, else CPU, said once on stderr), "cpu", "cuda", "cuda:N".
 c10::Device pick_device(const std::string& flag);
+// Makes `device` the current CUDA device of this process (no-op for a CPU build).
+void set_current_cuda_device(const c10::Device& device);
 // "fp32", "bf16", "fp16"; throws with the known names.
 c10::ScalarType parse_dtype(const std::string& flag);
 

@@ -27,6 +27,7 @@ int run_train(int argc, char** argv) {
       "batch", "global batch size", cxxopts::value<int64_t>())("steps", "training steps", cxxopts::value<int64_t>())(
       "lr", "learning rate", cxxopts::value<double>())("weight-decay", "AdamW weight decay", cxxopts::value<double>())(
       "grad-clip", "clip the gradient norm (0: off)", cxxopts::value<double>())("ema-decay", "EMA decay", cxxopts::value<double>())(
+      "ema-warmup", "EMA decay warm-up: true or false", cxxopts::value<std::string>())(
       "precision", "auto, fp32, bf16", cxxopts::value<std::string>())("seed", "global seed", cxxopts::value<uint64_t>())(
       "log-every", "steps between metric lines", cxxopts::value<int64_t>())("ckpt-every", "steps between checkpoints", cxxopts::value<int64_t>())(
       "keep-last", "checkpoints kept", cxxopts::value<int64_t>())("sample-every", "steps between EMA sample grids (0: off)", cxxopts::value<int64_t>())(
@@ -38,6 +39,7 @@ int run_train(int argc, char** argv) {
                                                                           cxxopts::value<std::string>())(
       "loss-weight", "flow loss weight: none, velocity, likelihood", cxxopts::value<std::string>())(
       "max-nonfinite", "skipped non-finite steps before giving up", cxxopts::value<int64_t>())(
+      "dist-timeout", "seconds a collective may wait for the other ranks before the job fails", cxxopts::value<double>()->default_value("300"))(
       "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))("dry-run", "print the resolved config and exit")(
       "h,help", "help");
   auto a = o.parse(argc, argv);
@@ -60,6 +62,11 @@ int run_train(int argc, char** argv) {
   d("weight-decay", c.weight_decay);
   d("grad-clip", c.grad_clip);
   d("ema-decay", c.ema_decay);
+  if (a.count("ema-warmup")) {
+    const std::string w = a["ema-warmup"].as<std::string>();
+    if (w != "true" && w != "false") throw std::runtime_error("--ema-warmup must be true or false, got '" + w + "'");
+    c.ema_warmup = w == "true";
+  }
   s("precision", c.precision);
   if (a.count("seed")) c.seed = a["seed"].as<uint64_t>();
   i("log-every", c.log_every);
@@ -87,7 +94,9 @@ int run_train(int argc, char** argv) {
   c10::Device dev = pick_device(a["device"].as<std::string>());
   if (dev.is_cuda() && env.world_size > 1) dev = c10::Device(c10::kCUDA, c10::DeviceIndex(env.local_rank % torch::cuda::device_count()));
   std::unique_ptr<diffusion::ProcessGroup> pg;
-  if (env.world_size > 1) pg = std::make_unique<diffusion::ProcessGroup>(env, diffusion::default_backend(dev), std::chrono::minutes(5));
+  const auto timeout = std::chrono::milliseconds(int64_t(a["dist-timeout"].as<double>() * 1000));
+  if (dev.is_cuda()) set_current_cuda_device(dev);  // NCCL and the allocator work on this rank's GPU
+  if (env.world_size > 1) pg = std::make_unique<diffusion::ProcessGroup>(env, diffusion::default_backend(dev), timeout, dev);
   diffusion::install_stop_handlers();
   auto r = diffusion::train(c, out, dev, pg.get());
   if (env.rank == 0) {

@@ -32,6 +32,19 @@ int64_t env_int(const char* k, int64_t dflt) {
   }
 }
 
+// Waits for a collective; a dead or unreachable rank becomes one clear error (never a hang: the
+// backend's timeout bounds the wait).
+void wait(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout, int64_t rank, const char* what) {
+  try {
+    if (!work->wait(timeout)) throw std::runtime_error("timed out");
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (msg.size() > 300) msg = msg.substr(0, 300) + "...";
+    throw std::runtime_error("rank " + std::to_string(rank) + ": " + what + " failed after waiting at most " +
+                             std::to_string(timeout.count() / 1000) + " s: another rank died or became unreachable (" + msg + ")");
+  }
+}
+
 }  // namespace
 
 DistEnv dist_env_from_environment() {
@@ -61,11 +74,12 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
   std::chrono::milliseconds timeout;
-  bool cuda = false;
+  c10::Device device = c10::Device("cpu");  // where the small control tensors live
 };
 
-ProcessGroup::ProcessGroup(const DistEnv& env, const std::string& backend, std::chrono::milliseconds timeout)
+ProcessGroup::ProcessGroup(const DistEnv& env, const std::string& backend, std::chrono::milliseconds timeout, const c10::Device& device)
     : impl_(std::make_unique<Impl>()), env_(env) {
+  impl_->device = backend == "nccl" ? device : c10::Device("cpu");
   c10d::TCPStoreOptions so;
   so.port = uint16_t(env.master_port);
   so.isServer = env.rank == 0 && !env.agent_store;
@@ -93,7 +107,6 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const std::string& backend, std::
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, int(env.rank), int(env.world_size), opts);
-    impl_->cuda = true;
 #else
     throw std::runtime_error("this nala was built without NCCL");
 #endif
@@ -118,7 +131,7 @@ void ProcessGroup::allreduce_mean_grads(const std::vector<at::Tensor>& params) {
       return v;
     }());
     std::vector<at::Tensor> ts{flat};
-    impl_->pg->allreduce(ts)->wait(impl_->timeout);
+    wait(impl_->pg->allreduce(ts), impl_->timeout, env_.rank, "gradient all-reduce");
     flat.div_(double(env_.world_size));
     int64_t off = 0;
     for (auto& g : bucket) {
@@ -138,29 +151,29 @@ void ProcessGroup::allreduce_mean_grads(const std::vector<at::Tensor>& params) {
 }
 
 double ProcessGroup::allreduce_mean_scalar(double v) {
-  at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(impl_->cuda ? at::kCUDA : at::kCPU));
+  at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(impl_->device));
   std::vector<at::Tensor> ts{t};
-  impl_->pg->allreduce(ts)->wait(impl_->timeout);
+  wait(impl_->pg->allreduce(ts), impl_->timeout, env_.rank, "all-reduce");
   return t.item<double>() / double(env_.world_size);
 }
 
 at::Tensor ProcessGroup::allreduce_max(const at::Tensor& t) {
-  std::vector<at::Tensor> ts{t.clone()};
+  std::vector<at::Tensor> ts{t.to(impl_->device).clone()};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
-  impl_->pg->allreduce(ts, o)->wait(impl_->timeout);
-  return ts[0];
+  wait(impl_->pg->allreduce(ts, o), impl_->timeout, env_.rank, "all-reduce");
+  return ts[0].to(t.device());
 }
 
 bool ProcessGroup::all_true(bool v) {
-  at::Tensor t = at::full({1}, v ? 0.0f : 1.0f, at::TensorOptions().device(impl_->cuda ? at::kCUDA : at::kCPU));
+  at::Tensor t = at::full({1}, v ? 0.0f : 1.0f, at::TensorOptions().device(impl_->device));
   return allreduce_max(t).item<float>() == 0.0f;
 }
 
 void ProcessGroup::broadcast(const io::NamedTensors& tensors) {
   for (const auto& [name, t] : tensors) {
     std::vector<at::Tensor> ts{t.detach()};
-    impl_->pg->broadcast(ts)->wait(impl_->timeout);
+    wait(impl_->pg->broadcast(ts), impl_->timeout, env_.rank, "broadcast");
   }
 }
 

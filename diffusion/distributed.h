@@ -28,8 +28,9 @@ DistEnv dist_env_from_environment();
 
 class ProcessGroup {
  public:
-  // backend: "gloo" or "nccl" (CUDA tensors). Blocks until every rank has joined (or the timeout).
-  ProcessGroup(const DistEnv& env, const std::string& backend, std::chrono::milliseconds timeout);
+  // backend: "gloo" (CPU tensors) or "nccl" (CUDA tensors on `device`, this rank's GPU). Blocks until
+  // every rank has joined (or the timeout).
+  ProcessGroup(const DistEnv& env, const std::string& backend, std::chrono::milliseconds timeout, const c10::Device& device);
   ~ProcessGroup();
   int64_t rank() const { return env_.rank; }
   int64_t world_size() const { return env_.world_size; }

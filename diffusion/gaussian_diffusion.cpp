@@ -127,19 +127,32 @@ void GaussianDiffusion::build_tables() {
   posterior_log_variance_clipped = map([&](size_t i) { return std::log(T > 1 ? posterior_variance[i == 0 ? 1 : i] : betas[0]); });
   posterior_mean_coef1 = map([&](size_t i) { return betas[i] * std::sqrt(alphas_cumprod_prev[i]) / (1.0 - alphas_cumprod[i]); });
   posterior_mean_coef2 = map([&](size_t i) { return (1.0 - alphas_cumprod_prev[i]) * std::sqrt(1.0 - betas[i]) / (1.0 - alphas_cumprod[i]); });
+  log_betas = map([&](size_t i) { return std::log(betas[i]); });
+  // FIXED_LARGE: append(posterior_variance[1], betas[1:])
+  fixed_large_variance = map([&](size_t i) { return (i == 0 && T > 1) ? posterior_variance[1] : betas[i]; });
+  fixed_large_log_variance = map([&](size_t i) { return std::log(fixed_large_variance[i]); });
+  timestep_map_d_.assign(timestep_map.begin(), timestep_map.end());
+}
+
+const at::Tensor& GaussianDiffusion::device_table(const std::vector<double>& table, const c10::Device& device) const {
+  std::lock_guard<std::mutex> lock(tables_mutex_);
+  auto key = std::make_pair(static_cast<const void*>(&table), device.str());
+  auto it = tables_.find(key);
+  if (it == tables_.end()) it = tables_.emplace(key, at::tensor(table, at::TensorOptions().dtype(at::kDouble)).to(device)).first;
+  return it->second;
 }
 
 at::Tensor GaussianDiffusion::extract(const std::vector<double>& table, const at::Tensor& t, const at::Tensor& like) const {
-  at::Tensor tab = at::tensor(table, at::TensorOptions().dtype(at::kDouble));           // (T,) float64
-  at::Tensor v = tab.index_select(0, t.to(at::kCPU, at::kLong)).to(like.device(), at::kFloat);  // float32, as ADM
+  const at::Tensor& tab = device_table(table, like.device());                             // (T,) float64
+  at::Tensor v = tab.index_select(0, t.to(like.device(), at::kLong)).to(at::kFloat);      // float32, as ADM
   std::vector<int64_t> shape(size_t(like.dim()), 1);
   shape[0] = t.size(0);
   return v.view(shape);
 }
 
 at::Tensor GaussianDiffusion::model_timesteps(const at::Tensor& t) const {
-  at::Tensor map = at::tensor(timestep_map, at::TensorOptions().dtype(at::kLong));
-  return map.index_select(0, t.to(at::kCPU, at::kLong)).to(t.device());
+  const at::Tensor& map = device_table(timestep_map_d_, t.device());
+  return map.index_select(0, t.to(at::kLong)).to(at::kLong);
 }
 
 at::Tensor GaussianDiffusion::q_sample(const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) const {
@@ -167,19 +180,13 @@ PMeanVariance GaussianDiffusion::p_mean_variance(const at::Tensor& out, const at
     TORCH_CHECK(out.size(1) == 2 * C, "learned-range variance needs a model output of ", 2 * C, " channels, got ", out.size(1));
     at::Tensor v = out.narrow(1, C, C).to(at::kFloat);
     at::Tensor min_log = extract(posterior_log_variance_clipped, t, xt);
-    std::vector<double> log_betas(betas.size());
-    for (size_t i = 0; i < betas.size(); ++i) log_betas[i] = std::log(betas[i]);
     at::Tensor max_log = extract(log_betas, t, xt);
     at::Tensor frac = (v + 1) / 2;                                    // v ∈ [−1, 1] interpolates the log variance
     r.log_variance = frac * max_log + (1 - frac) * min_log;
     r.variance = at::exp(r.log_variance);
   } else if (var_type == VarianceType::FixedLarge) {
-    std::vector<double> var(betas);
-    if (var.size() > 1) var[0] = posterior_variance[1];
-    std::vector<double> logv(var.size());
-    for (size_t i = 0; i < var.size(); ++i) logv[i] = std::log(var[i]);
-    r.variance = extract(var, t, xt).expand_as(xt);
-    r.log_variance = extract(logv, t, xt).expand_as(xt);
+    r.variance = extract(fixed_large_variance, t, xt).expand_as(xt);
+    r.log_variance = extract(fixed_large_log_variance, t, xt).expand_as(xt);
   } else {
     r.variance = extract(posterior_variance, t, xt).expand_as(xt);
     r.log_variance = extract(posterior_log_variance_clipped, t, xt).expand_as(xt);

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include <map>
+#include <mutex>
+
 #include <ATen/core/Tensor.h>
 
 namespace nala::diffusion {
@@ -63,12 +66,19 @@ class GaussianDiffusion {
 
   VarianceType var_type;
   std::vector<int64_t> timestep_map;
+  std::vector<double> log_betas, fixed_large_variance, fixed_large_log_variance;
   std::vector<double> betas, alphas_cumprod, alphas_cumprod_prev, alphas_cumprod_next, sqrt_alphas_cumprod,
       sqrt_one_minus_alphas_cumprod, log_one_minus_alphas_cumprod, sqrt_recip_alphas_cumprod, sqrt_recipm1_alphas_cumprod,
       posterior_variance, posterior_log_variance_clipped, posterior_mean_coef1, posterior_mean_coef2;
 
  private:
   void build_tables();
+  // A table as a float64 tensor on `device`, uploaded once: indexing it on the device keeps every
+  // training and sampling step free of host synchronisation.
+  const at::Tensor& device_table(const std::vector<double>& table, const c10::Device& device) const;
+  std::vector<double> timestep_map_d_;  // the timestep map as doubles (exact below 2^53), for device_table
+  mutable std::map<std::pair<const void*, std::string>, at::Tensor> tables_;
+  mutable std::mutex tables_mutex_;
 };
 
 // Helpers shared with tests: KL of two diagonal Gaussians, and the discretised decoder likelihood

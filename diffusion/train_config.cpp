@@ -29,6 +29,7 @@ TrainConfig train_preset(const std::string& name) {
     c.steps = 3000;
     c.lr = 3e-4;          // a small model and a short run learn faster with a larger step
     c.ema_decay = 0.999;  // an EMA horizon of ~1000 steps fits a 3000-step run
+    c.ema_warmup = true;  // else the EMA still holds half of the (zero-output) initial weights after 700 steps
     c.log_every = 50;
     c.ckpt_every = 500;
     c.sample_every = 1000;
@@ -41,6 +42,7 @@ TrainConfig train_preset(const std::string& name) {
     c.steps = 20000;
     c.lr = 1e-4;
     c.ema_decay = 0.9995;
+    c.ema_warmup = true;
     c.log_every = 100;
     c.ckpt_every = 5000;
     c.sample_every = 5000;
@@ -90,7 +92,7 @@ std::string train_config_to_json(const TrainConfig& c) {
   nlohmann::ordered_json j = {
       {"preset", c.preset}, {"model", c.model}, {"objective", c.resolved_objective()}, {"data", c.data}, {"vae", c.vae},
       {"image_size", c.image_size}, {"num_classes", c.num_classes}, {"global_batch", c.global_batch}, {"steps", c.steps},
-      {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"grad_clip", c.grad_clip}, {"ema_decay", c.ema_decay},
+      {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"grad_clip", c.grad_clip}, {"ema_decay", c.ema_decay}, {"ema_warmup", c.ema_warmup},
       {"precision", c.precision}, {"seed", c.seed}, {"log_every", c.log_every}, {"ckpt_every", c.ckpt_every},
       {"keep_last", c.keep_last}, {"sample_every", c.sample_every}, {"workers", c.workers}, {"max_nonfinite", c.max_nonfinite},
       {"max_minutes", c.max_minutes}, {"attention", c.attention}, {"alpha", c.alpha}, {"lepe", c.lepe}, {"schedule", c.schedule},
@@ -115,6 +117,7 @@ TrainConfig train_config_from_json(const std::string& text) {
   c.weight_decay = j.at("weight_decay");
   c.grad_clip = j.at("grad_clip");
   c.ema_decay = j.at("ema_decay");
+  c.ema_warmup = j.value("ema_warmup", false);
   c.precision = j.at("precision");
   c.seed = j.at("seed");
   c.log_every = j.at("log_every");

@@ -23,6 +23,7 @@ struct TrainConfig {
   int64_t steps = 3000;
   double lr = 1e-4, weight_decay = 0.0, grad_clip = 0.0;  // grad_clip 0: off
   double ema_decay = 0.9999;
+  bool ema_warmup = false;              // decay min(ema_decay, (1 + step)/(10 + step)): short runs need it; DiT has none
   std::string precision = "auto";       // "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16"
   uint64_t seed = 0;
   int64_t log_every = 100, ckpt_every = 5000, keep_last = 3, sample_every = 0;

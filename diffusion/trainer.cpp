@@ -305,18 +305,29 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
   int64_t step = st.step;
   model->train();
   while (step < cfg.steps) {
-    torch::manual_seed(int64_t(mix(mix(cfg.seed, uint64_t(rank)), uint64_t(step))));  // this step's randomness
+    // This step's randomness is drawn for the whole global batch from (seed, step) and each rank
+    // takes its rows (rank, rank + world, ...), the rows of its data shard: N processes then compute
+    // exactly what one process computes with the same global batch.
+    torch::manual_seed(int64_t(mix(cfg.seed, uint64_t(step))));
     data::Batch b = loader.next();
     at::Tensor x = b.x.to(device, /*non_blocking=*/true), y = b.y.to(device, true);
+    const int64_t G = cfg.global_batch;
+    auto opts = x.options();
+    at::Tensor rows = at::arange(rank, G, world, opts.dtype(at::kLong));                 // (B,)
+    auto mine = [&](const at::Tensor& all) { return world == 1 ? all : all.index_select(0, rows); };
+    at::Tensor drop = mine((at::rand({G}, opts) < mc.class_dropout).to(at::kLong));       // label dropout, (B,)
     at::Tensor loss;
     {
       AutocastScope ac(bf16);
-      auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model->forward(xt, tt, y); };
+      auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model->forward(xt, tt, y, drop); };
       if (objective == "ddpm") {
-        at::Tensor t = at::randint(0, diffusion.num_timesteps(), {x.size(0)}, x.options().dtype(at::kLong));
-        loss = diffusion.training_losses(fn, x, t, at::randn_like(x)).loss.mean();
+        at::Tensor t = mine(at::randint(0, diffusion.num_timesteps(), {G}, opts.dtype(at::kLong)));
+        at::Tensor noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));
+        loss = diffusion.training_losses(fn, x, t, noise).loss.mean();
       } else {
-        loss = transport.training_loss(fn, x, at::rand({x.size(0)}, x.options()), at::randn_like(x)).mean();
+        at::Tensor tu = mine(at::rand({G}, opts));
+        at::Tensor x0 = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));
+        loss = transport.training_loss(fn, x, tu, x0).mean();
       }
     }
     loss.backward();
@@ -334,7 +345,8 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
     }
     opt.step(found_inf);  // skipped inside the fused kernel where the loss was not finite
     opt.zero_grad();
-    update_ema(ema->parameters(), model->parameters(), cfg.ema_decay);
+    const double decay = cfg.ema_warmup ? std::min(cfg.ema_decay, (1.0 + double(step)) / (10.0 + double(step))) : cfg.ema_decay;
+    update_ema(ema->parameters(), model->parameters(), decay);
     window_losses.push_back(at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1})));
     ++step;
     st.step = step;

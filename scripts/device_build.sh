@@ -9,7 +9,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${OUT:-$root/build-device/out}
-mkdir -p "$out"
+logs=$root/build-device/logs   # full logs stay on the machine; $OUT gets the short results (the tool brings back 8 files)
+mkdir -p "$out" "$logs"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(build tests bench-attention)
 export NALA_FASHION_MNIST="$root/.carry/fashion-mnist"
@@ -26,27 +27,28 @@ for step in "${steps[@]}"; do
       prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
       if [ ! -f build-device/build.ninja ]; then
         cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DNALA_CUDA=ON -DNALA_GPU_TESTS=ON \
-              -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$out/configure.log" 2>&1 \
-          || { tail -30 "$out/configure.log"; note "configure FAILED"; exit 1; }
+              -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$logs/configure.log" 2>&1 \
+          || { tail -30 "$logs/configure.log"; note "configure FAILED"; exit 1; }
       fi
-      ninja -C build-device -j "$(nproc)" nala nala_cuda_tests > "$out/build.log" 2>&1 \
-        || { grep -E "error|FAILED" "$out/build.log" | head -30; note "build FAILED"; exit 1; }
+      ninja -C build-device -j "$(nproc)" nala nala_cuda_tests > "$logs/build.log" 2>&1 \
+        || { grep -E "error|FAILED" "$logs/build.log" | head -30; note "build FAILED"; exit 1; }
+      grep -E "NCCL headers" "$logs/configure.log" | tee -a "$summary"
       note "build: ok ($(( $(date +%s) - t0 )) s)"
       ./build-device/nala --version | tee -a "$summary"
       ;;
     tests)
-      ./build-device/tests/nala_cuda_tests > "$out/cuda_tests.log" 2>&1
+      ./build-device/tests/nala_cuda_tests > "$logs/cuda_tests.log" 2>&1
       rc=$?
-      grep -E "^\[  (PASSED|FAILED) |tests? ran" "$out/cuda_tests.log" | tee -a "$summary"
-      grep -E "err .*limit" "$out/cuda_tests.log" | awk '{ if ($0 ~ /err/) print }' > "$out/cuda_errors.txt"
+      grep -E "^\[  (PASSED|FAILED) |tests? ran|Failure|rounding noise" "$logs/cuda_tests.log" | tee -a "$summary"
+      grep -E "err .*limit" "$logs/cuda_tests.log" | sort -g -k9 | tail -4 | tee -a "$summary"
       note "cuda tests: rc=$rc ($(( $(date +%s) - t0 )) s)"
       ;;
     sanitize)
       filter='NalaCuda.EveryFeatureMap'
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --print-limit 10 ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
-          > "$out/sanitize_$tool.log" 2>&1
-        note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$tool.log" | tail -1)"
+          > "$logs/sanitize_$tool.log" 2>&1
+        note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitize_$tool.log" | tail -1)"
       done
       ;;
     bench-attention)
@@ -64,8 +66,7 @@ done
 echo
 echo "===== summary ($(( $(date +%s) - t_start )) s) ====="
 cat "$summary"
-[ -f "$out/cuda_errors.txt" ] && { echo "--- worst kernel errors ---"; sort -g -k11 "$out/cuda_errors.txt" 2>/dev/null | tail -5; }
-for f in "$out"/bench_*.md "$out"/experiment_*.md; do
+for f in "$out"/*.md; do
   [ -f "$f" ] && { echo "--- $(basename "$f") ---"; cat "$f"; }
 done
 exit 0

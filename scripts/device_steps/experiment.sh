@@ -28,7 +28,7 @@ for r in $runs; do
   ck=$rd/checkpoints/$(printf "%07d" "$steps")
   if [[ $model == *SiT* ]]; then smp="--sampler ode-heun --steps 13"; else smp="--sampler dpm++ --steps 25"; fi
   $n sample --ckpt "$ck" $smp --num-samples 5000 --batch-size 1000 --npz "$rd/samples.npz" --device cuda > "$w/$tag.sample.log" 2>&1
-  $n sample --ckpt "$ck" $smp --device cuda --out "$out/grid_$tag.png" >> "$w/$tag.sample.log" 2>&1
+  $n sample --ckpt "$ck" $smp --device cuda --out "$w/grid_$tag.png" >> "$w/$tag.sample.log" 2>&1
   $n eval --fmnist --sample "$rd/samples.npz" --classifier "$cls" --device cuda --json "$rd/eval.json" > "$w/$tag.eval.log" 2>&1
   python3 - "$rd" "$tag" "$model" "$flags" >> "$table" <<'PY'
 import json, sys
@@ -42,3 +42,16 @@ print(f"| {tag} | {model} | {flags or '-'} | {ips:.0f} | {peak:.0f} | {e['fd_fmn
 PY
 done
 grep -E "test accuracy" "$w/classifier.log" | tail -1 >> "$table"
+# one picture: the grids side by side, each under its run name (rows: the 10 classes)
+python3 - "$w" "$out/grids_$which.png" $runs <<'PY'
+import sys
+from PIL import Image, ImageDraw
+w, dst, runs = sys.argv[1], sys.argv[2], [r.split(":")[0] for r in sys.argv[3:]]
+ims = [(r, Image.open(f"{w}/grid_{r}.png")) for r in runs if __import__("os").path.exists(f"{w}/grid_{r}.png")]
+if ims:
+    W = sum(i.width for _, i in ims) + 10 * (len(ims) - 1); H = max(i.height for _, i in ims) + 20
+    canvas = Image.new("RGB", (W, H), "white"); d = ImageDraw.Draw(canvas); x = 0
+    for r, i in ims:
+        canvas.paste(i, (x, 20)); d.text((x + 2, 4), r, fill="black"); x += i.width + 10
+    canvas.save(dst)
+PY

@@ -59,8 +59,20 @@ void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0) {
   const at::Tensor* r[4] = {&ref32.o, &ref32.dq, &ref32.dk, &ref32.dv};
   const at::Tensor* l[4] = {&ref_lp.o, &ref_lp.dq, &ref_lp.dk, &ref_lp.dv};
   const char* names[4] = {"o", "dq", "dk", "dv"};
+  const double dv_norm = r[3]->norm().item<double>();
   for (int i = 0; i < 4; ++i) {
     EXPECT_FALSE(o[i]->isnan().any().item<bool>()) << names[i] << " has NaN (unwritten element?)";
+    if (c.N == 1 && (i == 1 || i == 2)) {
+      // With one token o = v·b/(b + ε): dq and dk are mathematically ~ε/b (≈1e-5 of dv) and every
+      // implementation returns rounding noise of the cancelling terms. Relative errors of noise are
+      // meaningless; require the noise to stay below the dtype's resolution at the scale of dv.
+      const double noise = o[i]->to(at::kDouble).cpu().norm().item<double>() / dv_norm;
+      const double limit = dt == at::kFloat ? 1e-5 : 1e-2;
+      std::printf("%-9s %-5s N=1 d%c is rounding noise: |d%c| / |dv| = %.2e (limit %.0e)\n", feature_map_name(map).c_str(),
+                  dt == at::kFloat ? "fp32" : dt == at::kHalf ? "fp16" : "bf16", names[i][1], names[i][1], noise, limit);
+      EXPECT_LE(noise, limit) << names[i];
+      continue;
+    }
     const double e = rel_err(*o[i], *r[i]), e_ref = rel_err(*l[i], *r[i]);
     // fp32: 1e-5 relative, or twice the fp32 reference's own error where the result is ill-conditioned
     // (for N = 1, o = v and dq, dk are pure rounding noise around 0); low precision: 2x (outputs)

@@ -1,0 +1,65 @@
+"""Data-parallel training on c10d with Gloo over loopback: two processes under torchrun train the
+same as one process with the same global batch (losses and weights within floating-point
+tolerance); a killed rank ends the job with a clear error, not a hang."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from conftest import BUILD, run
+
+ARGS = ["train", "--preset", "fashion-mnist-tiny", "--batch", "16", "--steps", "6", "--log-every", "1", "--sample-every", "0",
+        "--workers", "1", "--device", "cpu", "--seed", "5", "--ckpt-every", "6"]
+
+
+def losses(d):
+    return [json.loads(l)["loss"] for l in open(d / "metrics.jsonl")]
+
+
+def torchrun():
+    return [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--no-python"]
+
+
+def test_two_processes_equal_one(tmp):
+    run("nala", *ARGS, "--out", tmp / "one")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29651", str(BUILD / "nala"), *ARGS, "--out", str(tmp / "two")],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "on 2 process(es)" in p.stderr
+    a, b = np.array(losses(tmp / "one")), np.array(losses(tmp / "two"))
+    print("1 process:", a.round(6), "\n2 processes:", b.round(6))
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    wa = load_file(tmp / "one" / "checkpoints" / "0000006" / "model.safetensors")
+    wb = load_file(tmp / "two" / "checkpoints" / "0000006" / "model.safetensors")
+    worst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
+    print("max |weight difference| after 6 steps:", worst)
+    assert worst < 1e-4
+
+
+def test_killed_rank_ends_the_job(tmp):
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1", MASTER_PORT="29653",
+                   OMP_NUM_THREADS="1")
+        args = [str(BUILD / "nala"), *ARGS, "--steps", "1000", "--out", str(tmp / "run"), "--dist-timeout", "30"]
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        m = tmp / "run" / "metrics.jsonl"
+        if m.exists() and len(m.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    procs[1].send_signal(signal.SIGKILL)
+    t0 = time.time()
+    out, err = procs[0].communicate(timeout=120)
+    took = time.time() - t0
+    print(f"rank 0 ended {took:.1f} s after rank 1 was killed, exit code {procs[0].returncode}: {err.strip().splitlines()[-1]}")
+    assert procs[0].returncode not in (0, None)
+    assert "rank 0" in err and "another rank died or became unreachable" in err
+    assert took < 60
