@@ -30,9 +30,11 @@ def main():
         x = imgs.permute(0, 3, 1, 2).float() / 255
         x = F.interpolate(x, size=(299, 299), mode="bilinear", align_corners=False) * 2 - 1
         m.eval()
-        f = m.avgpool(m.Mixed_7c(m.Mixed_7b(m.Mixed_7a(m.Mixed_6e(m.Mixed_6d(m.Mixed_6c(m.Mixed_6b(m.Mixed_6a(m.Mixed_5d(m.Mixed_5c(m.Mixed_5b(
-            m.maxpool2(m.Conv2d_4a_3x3(m.Conv2d_3b_1x1(m.maxpool1(m.Conv2d_2b_3x3(m.Conv2d_2a_3x3(m.Conv2d_1a_3x3(x))))))))))))))))))
-        return f.flatten(1) @ m.fc.weight.T
+        for name in ["Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3", "maxpool1", "Conv2d_3b_1x1", "Conv2d_4a_3x3", "maxpool2",
+                     "Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e", "Mixed_7a",
+                     "Mixed_7b", "Mixed_7c", "avgpool"]:
+            x = getattr(m, name)(x)
+        return x.flatten(1) @ m.fc.weight.T
 
     for _ in range(2):
         run()

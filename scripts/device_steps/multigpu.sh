@@ -6,6 +6,7 @@ steps=${2:-60}
 n=./build-device/nala
 w=build-device/multigpu
 ngpu=$(nvidia-smi -L | wc -l)
+mkdir -p "$w"
 table=$out/multigpu.md
 echo "| model | GPUs | global batch | img/s | scaling |" > "$table"
 echo "|---|---|---|---|---|" >> "$table"
