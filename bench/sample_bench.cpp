@@ -34,7 +34,7 @@ int bench_sample(int argc, char** argv) {
   if (dev.is_cuda()) at::globalContext().setAllowTF32CuBLAS(true);  // fp32 rows are fp32+TF32, as the official sampler
   std::printf("# nala bench sample  device: %s  batch %ld  %ldx%ld latents  %ld DDPM steps  cfg %.2f\n", device_name(dev).c_str(), B, L, L, S,
               a["cfg-scale"].as<double>());
-  std::printf("| model | dtype | ms/step | img/s (%ld steps) | peak MiB |\n|---|---|---|---|---|\n", S);
+  std::printf("| model | dtype | ms/step | img/s (%ld steps) | peak MiB | forward rel. error vs fp32 |\n|---|---|---|---|---|---|\n", S);
   std::stringstream ss(a["models"].as<std::string>());
   std::string name;
   torch::NoGradGuard ng;
@@ -63,9 +63,21 @@ int bench_sample(int argc, char** argv) {
           x = p.mean + at::exp(0.5 * p.log_variance) * at::randn_like(x);
           i = i > 1 ? i - 1 : S - 1;
         };
+        // accuracy of this dtype's forward against the same weights in fp32 (guided batch, t = 500)
+        double rel = 0;
+        if (dt != at::kFloat) {
+          at::Tensor xin = at::randn({2 * B, 4, L, L}, at::TensorOptions().device(dev));
+          at::Tensor tin = at::full({2 * B}, 500, xin.options().dtype(at::kLong)), yin = at::cat({y, at::full_like(y, 1000)});
+          at::Tensor low = model->forward(xin.to(dt), tin, yin).to(at::kFloat);
+          model->to(dev, at::kFloat);
+          at::Tensor ref = model->forward(xin, tin, yin);
+          model->to(dev, dt);
+          rel = ((low - ref).norm() / ref.norm()).item<double>();
+        }
         reset_peak_memory(dev);
         Timing t = time_it(step, dev, 2, a["measure"].as<int>());
-        std::printf("| %s | %s | %.1f | %.2f | %.0f |\n", name.c_str(), dts.c_str(), t.median_ms, B / (t.median_ms * S / 1e3), peak_memory_mib(dev));
+        std::printf("| %s | %s | %.1f | %.2f | %.0f | %s |\n", name.c_str(), dts.c_str(), t.median_ms, B / (t.median_ms * S / 1e3), peak_memory_mib(dev),
+                    dt == at::kFloat ? "-" : c10::str(rel).c_str());
       } catch (const std::exception& e) {
         std::printf("| %s | %s | failed: %.80s |\n", name.c_str(), dts.c_str(), e.what());
       }

@@ -23,7 +23,8 @@ int run_train(int argc, char** argv) {
                                                               cxxopts::value<std::string>())(
       "model", "model name, e.g. NaLaDiT-S/2", cxxopts::value<std::string>())("objective", "ddpm, flow or auto", cxxopts::value<std::string>())(
       "data", "fashion-mnist, a latent folder (extract-latents) or an image folder", cxxopts::value<std::string>())(
-      "image-size", "image size in pixels", cxxopts::value<int64_t>())("num-classes", "classes", cxxopts::value<int64_t>())(
+      "vae", "image folders: VAE weights to encode online (slow; extract-latents is the fast way), or none for pixel space",
+      cxxopts::value<std::string>())("image-size", "image size in pixels", cxxopts::value<int64_t>())("num-classes", "classes", cxxopts::value<int64_t>())(
       "batch", "global batch size", cxxopts::value<int64_t>())("steps", "training steps", cxxopts::value<int64_t>())(
       "lr", "learning rate", cxxopts::value<double>())("weight-decay", "AdamW weight decay", cxxopts::value<double>())(
       "grad-clip", "clip the gradient norm (0: off)", cxxopts::value<double>())("ema-decay", "EMA decay", cxxopts::value<double>())(
@@ -54,6 +55,7 @@ int run_train(int argc, char** argv) {
   s("model", c.model);
   s("objective", c.objective);
   s("data", c.data);
+  s("vae", c.vae);
   i("image-size", c.image_size);
   i("num-classes", c.num_classes);
   i("batch", c.global_batch);

@@ -26,6 +26,7 @@
 #include "diffusion/gaussian_diffusion.h"
 #include "diffusion/sampling.h"
 #include "diffusion/transport.h"
+#include "diffusion/vae.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
 #include "io/plot.h"
@@ -63,7 +64,7 @@ struct AutocastScope {
 };
 
 std::string step_name(int64_t step) {
-  char buf[16];
+  char buf[24];
   std::snprintf(buf, sizeof buf, "%07ld", step);
   return buf;
 }
@@ -145,7 +146,16 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
 
   // ---- data and model ----
   auto dataset = data::open_dataset(cfg.data, cfg.image_size);
-  const auto shape = dataset->sample_shape();  // (C, h, w)
+  // An image folder with --vae is encoded online, every step (DiT train.py's way; extract-latents
+  // once is much faster); without a VAE the model works in pixel space.
+  auto shape = dataset->sample_shape();  // (C, h, w)
+  std::shared_ptr<Autoencoder> ae = make_autoencoder(cfg.vae, shape[0]);
+  const bool online_vae = cfg.vae != "none" && !cfg.vae.empty();
+  if (online_vae) {
+    if (shape[0] != 3) throw std::runtime_error("--vae encodes RGB images, but the data has " + std::to_string(shape[0]) + " channels");
+    ae->to(device, device.is_cuda() ? at::kBFloat16 : at::kFloat);
+    shape = {ae->latent_channels(), shape[1] / ae->downsample(), shape[2] / ae->downsample()};
+  }
   if (shape[1] != shape[2]) throw std::runtime_error("training needs square samples, got " + std::to_string(shape[1]) + "x" + std::to_string(shape[2]));
   ModelConfig mc = model_config(cfg.model);
   mc.input_size = shape[1];
@@ -276,8 +286,8 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
     so.prediction = cfg.prediction;
     so.schedule = cfg.schedule;
     at::Tensor x = generate(*ema, so, z, y).x;
-    if (mc.in_channels != 1 && mc.in_channels != 3) return;  // latents: grids need the VAE (nala sample)
-    at::Tensor img = io::model_to_uint8(x.cpu());  // (N, h, w, C)
+    if (!online_vae && mc.in_channels != 1 && mc.in_channels != 3) return;  // latent shards: grids need the VAE (nala sample)
+    at::Tensor img = io::model_to_uint8(ae->decode(x).cpu());  // (N, H, W, C)
     if (img.size(3) == 1) img = img.expand({-1, -1, -1, 3}).contiguous();
     io::write_png(out_dir + "/samples/" + step_name(step) + ".png", io::make_grid(img, labels.size() > 32 ? per_row : 4));
   };
@@ -297,6 +307,7 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
   TrainResult result;
   result.start_step = st.step;
   io::ProgressBar bar("train", cfg.steps, "img");
+  if (cfg.max_minutes > 0) bar.set_deadline(cfg.max_minutes * 60);
   const auto t_start = std::chrono::steady_clock::now();
   auto t_window = t_start;
   std::vector<at::Tensor> window_losses;  // (1,) float32 device tensors of this log window
@@ -311,6 +322,7 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
     torch::manual_seed(int64_t(mix(cfg.seed, uint64_t(step))));
     data::Batch b = loader.next();
     at::Tensor x = b.x.to(device, /*non_blocking=*/true), y = b.y.to(device, true);
+    if (online_vae) x = ae->encode(x, /*mean=*/false);  // scaled posterior sample, (B, 4, S/8, S/8)
     const int64_t G = cfg.global_batch;
     auto opts = x.options();
     at::Tensor rows = at::arange(rank, G, world, opts.dtype(at::kLong));                 // (B,)

@@ -24,6 +24,11 @@ double ProgressBar::rate() const {
   return secs > 0 && start_done_ >= 0 ? double(done_ - start_done_) * units_ / secs : 0.0;
 }
 
+void ProgressBar::set_deadline(double seconds) {
+  deadline_ = std::chrono::steady_clock::now() + std::chrono::microseconds(int64_t(seconds * 1e6));
+  has_deadline_ = true;
+}
+
 void ProgressBar::update(int64_t done, const std::string& status, int64_t units_per_step) {
   if (start_done_ < 0) {
     start_done_ = done;  // a resumed run measures its rate from where it started
@@ -48,7 +53,11 @@ void ProgressBar::finish(const std::string& status) {
 void ProgressBar::draw(bool final) {
   const double frac = total_ > 0 ? double(done_) / double(total_) : 1.0;
   const double r = rate();
-  const double eta = r > 0 ? double(total_ - done_) * units_ / r : -1;
+  double eta = r > 0 ? double(total_ - done_) * units_ / r : -1;
+  if (has_deadline_) {
+    const double left = std::chrono::duration<double>(deadline_ - std::chrono::steady_clock::now()).count();
+    eta = eta < 0 ? left : std::min(eta, std::max(0.0, left));
+  }
   char bar[32];
   const int width = 24, filled = int(frac * width);
   for (int i = 0; i < width; ++i) bar[i] = i < filled ? '#' : '.';

@@ -14,6 +14,8 @@ class ProgressBar {
   void update(int64_t done, const std::string& status = "", int64_t units_per_step = 1);
   void finish(const std::string& status = "");
   double rate() const;  // units per second since the start (or the first update)
+  // A time budget in seconds from now: the ETA shown is never past it.
+  void set_deadline(double seconds);
 
  private:
   void draw(bool final);
@@ -21,6 +23,8 @@ class ProgressBar {
   int64_t total_, done_ = 0, start_done_ = -1, units_ = 1;
   std::chrono::steady_clock::time_point start_, last_draw_;
   bool tty_;
+  std::chrono::steady_clock::time_point deadline_{};
+  bool has_deadline_ = false;
 };
 
 std::string format_duration(double seconds);

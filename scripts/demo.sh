@@ -32,9 +32,9 @@ fi
 echo "== 2/4 training $model on Fashion-MNIST for up to $minutes minutes ($device)"
 "$nala" train --preset fashion-mnist-tiny --model "$model" --batch "$batch" --steps "$steps" --max-minutes "$minutes" \
   --ckpt-every 500 --sample-every 0 --device "$device" --out "$out"
-echo "== 3/4 sampling a grid, one row per class"
+echo "== 3/4 sampling a grid, one row per class (classifier-free guidance 3 on all channels)"
 "$nala" sample --ckpt "$out/checkpoints/$(ls "$out/checkpoints" | sort | tail -1)" --sampler dpm++ --steps 25 \
-  --device "$device" --out "$out/grid.png"
+  --cfg-scale 3 --cfg-channels all --device "$device" --out "$out/grid.png"
 echo "== 4/4 FD-FMNIST of $nsamples samples against the 10,000 test images"
 "$nala" sample --ckpt "$out/checkpoints/$(ls "$out/checkpoints" | sort | tail -1)" --sampler dpm++ --steps 25 \
   --num-samples "$nsamples" --batch-size 500 --npz "$out/samples.npz" --device "$device"

@@ -2,6 +2,7 @@
 latents equal diffusers' encoding of the ADM centre crop, flipped copies are stored, corrupt images
 are skipped and counted, and an interrupted extraction resumes to byte-identical shards."""
 import hashlib
+import json
 
 import numpy as np
 import torch
@@ -76,3 +77,16 @@ def test_extract_latents(tmp):
     # and training reads the shards
     run("nala", "train", "--preset", "fashion-mnist-tiny", "--model", "DiT-T/4", "--data", tmp / "lat", "--steps", "2", "--batch", "4",
         "--out", tmp / "run", "--device", "cpu", "--sample-every", "0", "--workers", "1")
+
+
+def test_train_on_an_image_folder_with_online_vae(tmp):
+    rng = np.random.default_rng(1)
+    make_folder(tmp / "imgs", rng)
+    _, vae = make_vae(tmp)
+    p = run("nala", "train", "--preset", "fashion-mnist-tiny", "--model", "DiT-T/2", "--data", tmp / "imgs", "--vae", vae,
+            "--image-size", "32", "--steps", "3", "--batch", "4", "--log-every", "1", "--out", tmp / "run", "--device", "cpu",
+            "--sample-every", "3", "--workers", "1")
+    assert "1 unreadable" not in p.stdout  # the corrupt file is reported on stderr, once
+    assert p.stderr.count("broken.jpg") <= 1
+    model = json.loads((tmp / "run" / "model.json").read_text())
+    assert model["in_channels"] == 4 and model["input_size"] == 8  # the test VAE downsamples by 4: 32 px -> 8x8 latents
