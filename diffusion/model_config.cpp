@@ -13,7 +13,7 @@ struct SizeRow {
   int64_t depth, hidden, heads;
 };
 // DiT models.py:328-370 (depth, hidden size, heads); T is nala's tiny size for CPU runs.
-const SizeRow kSizes[] = {{"XL", 28, 1152, 16}, {"L", 24, 1024, 16}, {"B", 12, 768, 12}, {"S", 12, 384, 6}, {"T", 6, 192, 3}};
+const SizeRow kSizes[] = {{"XL", 28, 1152, 16}, {"L", 24, 1024, 16}, {"B", 12, 768, 12}, {"S", 12, 384, 6}, {"T", 4, 128, 2}};
 const char* kFamilies[] = {"DiT", "SiT", "NaLaDiT", "NaLaSiT"};
 
 }  // namespace

@@ -366,8 +366,8 @@ TrainResult train(const TrainConfig& cfg_in, const std::string& out_dir, const c
     st.epoch = b.index + 1 == loader.batches_per_epoch() ? b.epoch + 1 : b.epoch;
     st.batch_index = b.index + 1 == loader.batches_per_epoch() ? 0 : b.index + 1;
     if (main_rank) {
-      char status[64];
-      std::snprintf(status, sizeof status, "loss %.4f", last_loss);
+      char status[64] = "";
+      if (std::isfinite(last_loss)) std::snprintf(status, sizeof status, "loss %.4f", last_loss);  // the last log window's mean
       bar.update(step, status, cfg.global_batch);
     }
     if (log_now) {

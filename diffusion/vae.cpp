@@ -1,6 +1,7 @@
 #include "diffusion/vae.h"
 
 #include <cmath>
+#include <functional>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -199,16 +200,17 @@ at::Tensor AutoencoderKL::decode(const at::Tensor& latents) {
   return decode_unscaled(latents / cfg_.scaling_factor);
 }
 
-at::Tensor AutoencoderKL::decode_tiled(const at::Tensor& latents, int64_t tile) {
-  torch::NoGradGuard ng;
-  const int64_t f = downsample(), lt = tile / f, overlap = int64_t(lt * 0.75), blend_px = int64_t(tile * 0.25), limit = tile - blend_px;
-  at::Tensor z = latents / cfg_.scaling_factor;
-  const int64_t H = z.size(2), W = z.size(3);
-  if (H <= lt && W <= lt) return decode_unscaled(z);
+namespace {
+// Runs fn on overlapping tiles of x (tile side `in_tile`, stride `stride`), blends each output tile
+// into its upper and left neighbours over `blend_n` rows / columns, keeps the first `keep` of each,
+// and crops the mosaic to (out_h, out_w) (diffusers' tiled_encode / tiled_decode).
+at::Tensor tiled(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x, int64_t in_tile, int64_t stride,
+                 int64_t blend_n, int64_t keep, int64_t out_h, int64_t out_w) {
+  const int64_t H = x.size(2), W = x.size(3);
   std::vector<std::vector<at::Tensor>> rows;
-  for (int64_t i = 0; i < H; i += overlap) {
+  for (int64_t i = 0; i < H; i += stride) {
     std::vector<at::Tensor> row;
-    for (int64_t j = 0; j < W; j += overlap) row.push_back(decode_unscaled(z.narrow(2, i, std::min(lt, H - i)).narrow(3, j, std::min(lt, W - j))));
+    for (int64_t j = 0; j < W; j += stride) row.push_back(fn(x.narrow(2, i, std::min(in_tile, H - i)).narrow(3, j, std::min(in_tile, W - j))));
     rows.push_back(row);
   }
   std::vector<at::Tensor> out_rows;
@@ -216,43 +218,35 @@ at::Tensor AutoencoderKL::decode_tiled(const at::Tensor& latents, int64_t tile) 
     std::vector<at::Tensor> parts;
     for (size_t j = 0; j < rows[i].size(); ++j) {
       at::Tensor t = rows[i][j].clone();
-      if (i > 0) blend(t, rows[i - 1][j], blend_px, 2);
-      if (j > 0) blend(t, rows[i][j - 1], blend_px, 3);
+      if (i > 0) blend(t, rows[i - 1][j], blend_n, 2);
+      if (j > 0) blend(t, rows[i][j - 1], blend_n, 3);
       rows[i][j] = t;
-      parts.push_back(t.narrow(2, 0, std::min(limit, t.size(2))).narrow(3, 0, std::min(limit, t.size(3))));
+      parts.push_back(t.narrow(2, 0, std::min(keep, t.size(2))).narrow(3, 0, std::min(keep, t.size(3))));
     }
     out_rows.push_back(at::cat(parts, 3));
   }
-  return at::cat(out_rows, 2).narrow(2, 0, H * f).narrow(3, 0, W * f);
+  return at::cat(out_rows, 2).narrow(2, 0, out_h).narrow(3, 0, out_w);
+}
+}  // namespace
+
+at::Tensor AutoencoderKL::decode_tiled(const at::Tensor& latents, int64_t tile) {
+  torch::NoGradGuard ng;
+  const int64_t f = downsample(), lt = tile / f, blend_px = int64_t(tile * 0.25);
+  at::Tensor z = latents / cfg_.scaling_factor;
+  if (z.size(2) <= lt && z.size(3) <= lt) return decode_unscaled(z);
+  return tiled([&](const at::Tensor& t) { return decode_unscaled(t); }, z, lt, int64_t(lt * 0.75), blend_px, tile - blend_px,
+               z.size(2) * f, z.size(3) * f);
 }
 
 at::Tensor AutoencoderKL::encode_tiled(const at::Tensor& images, bool mean, int64_t tile, std::optional<at::Generator> gen) {
   torch::NoGradGuard ng;
-  const int64_t f = downsample(), overlap = int64_t(tile * 0.75), lt = tile / f, blend_l = int64_t(lt * 0.25), limit = lt - blend_l;
-  const int64_t H = images.size(2), W = images.size(3);
-  if (H <= tile && W <= tile) return encode(images, mean, gen);
-  std::vector<std::vector<at::Tensor>> rows;
-  for (int64_t i = 0; i < H; i += overlap) {
-    std::vector<at::Tensor> row;
-    for (int64_t j = 0; j < W; j += overlap) {
-      auto [mu, logvar] = encode_moments(images.narrow(2, i, std::min(tile, H - i)).narrow(3, j, std::min(tile, W - j)));
-      row.push_back(at::cat({mu, logvar}, 1).to(at::kFloat));
-    }
-    rows.push_back(row);
-  }
-  std::vector<at::Tensor> out_rows;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::vector<at::Tensor> parts;
-    for (size_t j = 0; j < rows[i].size(); ++j) {
-      at::Tensor t = rows[i][j].clone();
-      if (i > 0) blend(t, rows[i - 1][j], blend_l, 2);
-      if (j > 0) blend(t, rows[i][j - 1], blend_l, 3);
-      rows[i][j] = t;
-      parts.push_back(t.narrow(2, 0, std::min(limit, t.size(2))).narrow(3, 0, std::min(limit, t.size(3))));
-    }
-    out_rows.push_back(at::cat(parts, 3));
-  }
-  at::Tensor m = at::cat(out_rows, 2).narrow(2, 0, H / f).narrow(3, 0, W / f);
+  const int64_t f = downsample(), lt = tile / f, blend_l = int64_t(lt * 0.25);
+  if (images.size(2) <= tile && images.size(3) <= tile) return encode(images, mean, gen);
+  auto moments = [&](const at::Tensor& t) {
+    auto [mu, logvar] = encode_moments(t);
+    return at::cat({mu, logvar}, 1).to(at::kFloat);
+  };
+  at::Tensor m = tiled(moments, images, tile, int64_t(tile * 0.75), blend_l, lt - blend_l, images.size(2) / f, images.size(3) / f);
   auto parts = m.chunk(2, 1);
   at::Tensor z = parts[0];
   if (!mean) {

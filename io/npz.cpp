@@ -435,34 +435,14 @@ void NpzWriter::begin(const std::string& key, at::ScalarType dtype, const std::v
     if (deflateInit2(&deflate_->zs, 6, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
       throw std::runtime_error(path_ + ": zlib init failed");
   }
-  // the npy header is member data
-  auto feed = [&](const void* p, uint64_t n) {
-    cur_.crc32 = static_cast<uint32_t>(::crc32_z(cur_.crc32, static_cast<const Bytef*>(p), static_cast<z_size_t>(n)));
-    written_bytes_ += n;
-    if (!compress_) { write_raw(p, n); return; }
-    auto& d = *deflate_;
-    d.zs.next_in = const_cast<Bytef*>(static_cast<const Bytef*>(p));
-    d.zs.avail_in = static_cast<uInt>(n);
-    while (d.zs.avail_in > 0) {
-      d.zs.next_out = d.out.data();
-      d.zs.avail_out = static_cast<uInt>(d.out.size());
-      deflate(&d.zs, Z_NO_FLUSH);
-      write_raw(d.out.data(), d.out.size() - d.zs.avail_out);
-    }
-  };
-  feed(header.data(), header.size());
+  write_member_data(header.data(), header.size());  // the npy header is member data
   if (expect_bytes_ == written_bytes_) finish_member();
 }
 
-void NpzWriter::append(const at::Tensor& rows_in) {
-  if (!in_member_) throw std::runtime_error(path_ + ": append() without begin()");
-  at::Tensor rows = rows_in.to(at::kCPU).to(cur_dtype_).contiguous();
-  const uint64_t n = uint64_t(rows.numel()) * rows.element_size();
-  if (written_bytes_ + n > expect_bytes_)
-    throw std::runtime_error(path_ + ": append() of " + std::to_string(n) + " bytes overflows the declared shape");
-  const char* p = static_cast<const char*>(rows.data_ptr());
+void NpzWriter::write_member_data(const void* data, uint64_t n) {
+  const char* p = static_cast<const char*>(data);
   uint64_t left = n;
-  while (left > 0) {  // zlib takes at most 4 GiB a call
+  while (left > 0) {  // CRC, then stored or deflated; zlib takes at most 4 GiB a call
     const uint64_t c = std::min<uint64_t>(left, 1u << 30);
     cur_.crc32 = static_cast<uint32_t>(::crc32_z(cur_.crc32, reinterpret_cast<const Bytef*>(p), static_cast<z_size_t>(c)));
     if (!compress_) {
@@ -482,6 +462,15 @@ void NpzWriter::append(const at::Tensor& rows_in) {
     left -= c;
     written_bytes_ += c;
   }
+}
+
+void NpzWriter::append(const at::Tensor& rows_in) {
+  if (!in_member_) throw std::runtime_error(path_ + ": append() without begin()");
+  at::Tensor rows = rows_in.to(at::kCPU).to(cur_dtype_).contiguous();
+  const uint64_t n = uint64_t(rows.numel()) * rows.element_size();
+  if (written_bytes_ + n > expect_bytes_)
+    throw std::runtime_error(path_ + ": append() of " + std::to_string(n) + " bytes overflows the declared shape");
+  write_member_data(rows.data_ptr(), n);
   if (written_bytes_ == expect_bytes_) finish_member();
 }
 

@@ -80,6 +80,7 @@ class NpzWriter {
 
  private:
   void write_raw(const void* data, uint64_t n);
+  void write_member_data(const void* data, uint64_t n);
   void finish_member();
   std::string path_, tmp_;
   bool compress_;

@@ -10,17 +10,8 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from conftest import run
+from test_io import adm_center_crop as adm_crop
 from test_vae import make_vae
-
-
-def adm_crop(pil, size):
-    while min(*pil.size) >= 2 * size:
-        pil = pil.resize(tuple(x // 2 for x in pil.size), resample=Image.BOX)
-    scale = size / min(*pil.size)
-    pil = pil.resize(tuple(round(x * scale) for x in pil.size), resample=Image.BICUBIC)
-    a = np.array(pil)
-    y, x = (a.shape[0] - size) // 2, (a.shape[1] - size) // 2
-    return a[y:y + size, x:x + size]
 
 
 def make_folder(root, rng):
