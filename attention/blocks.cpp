@@ -4,6 +4,7 @@
 #include <torch/nn/functional/activation.h>
 
 #include "attention/feature_maps.h"
+#include "attention/linear.h"
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
 
@@ -17,9 +18,10 @@ SoftmaxAttention::SoftmaxAttention(int64_t dim, int64_t heads) : heads_(heads) {
 
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
-  at::Tensor t = qkv->forward(x).view({B, N, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // (3, B, H, N, d)
+  // unbind (not t[i]): its backward is one stack, not a zero-filled gradient per select
+  const auto t = linear(qkv, x).view({B, N, 3, heads_, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // 3 × (B, H, N, d)
   at::Tensor o = softmax_attention(t[0], t[1], t[2]);                                   // (B, H, N, d)
-  return proj->forward(o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
+  return linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
 }
 
 GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg) : heads_(heads), cfg_(cfg) {
@@ -36,20 +38,21 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
-  at::Tensor t = qkvg->forward(x).view({B, N, 4, heads_, d});             // (B, N, 4, H, d)
-  at::Tensor q = t.select(2, 0).transpose(1, 2);                          // (B, H, N, d) strided view
-  at::Tensor k = t.select(2, 1).transpose(1, 2);                          // (B, H, N, d)
-  at::Tensor v = t.select(2, 2).transpose(1, 2);                          // (B, H, N, d)
-  at::Tensor g = t.select(2, 3).reshape({B, N, D});                       // (B, N, D)
+  // unbind (not select): its backward is one stack, not a zero-filled gradient per select
+  const auto t = linear(qkvg, x).view({B, N, 4, heads_, d}).unbind(2);   // 4 × (B, N, H, d) strided views
+  at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
+  at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
+  at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)
+  at::Tensor g = t[3].reshape({B, N, D});                                 // (B, N, D)
   at::Tensor o = cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w)
                            : nala_attention(q, k, v, cfg_.nala);          // (B, H, N, d)
   o = o.transpose(1, 2).reshape({B, N, D});                               // (B, N, D)
   if (lepe) {
-    at::Tensor vg = t.select(2, 2).reshape({B, grid_h, grid_w, D}).permute({0, 3, 1, 2});  // (B, D, Hg, Wg)
+    at::Tensor vg = t[2].reshape({B, grid_h, grid_w, D}).permute({0, 3, 1, 2});  // (B, D, Hg, Wg)
     o = o + lepe->forward(vg).flatten(2).transpose(1, 2);                  // (B, N, D)
   }
   at::Tensor y = norm->forward(o) * torch::nn::functional::silu(g);       // (B, N, D)
-  return proj->forward(y);                                                // (B, N, D)
+  return linear(proj, y);                                                // (B, N, D)
 }
 
 std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg) {

@@ -6,6 +6,8 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
 
+#include "attention/linear.h"
+
 namespace nala::diffusion {
 
 at::Tensor timestep_embedding(const at::Tensor& t, int64_t dim, double max_period) {
@@ -58,7 +60,7 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
   fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-at::Tensor Mlp::forward(const at::Tensor& x) { return fc2->forward(at::gelu(fc1->forward(x), "tanh")); }
+at::Tensor Mlp::forward(const at::Tensor& x) { return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh")); }
 
 namespace {
 // x·(1 + scale) + shift, broadcast over tokens (DiT models.py:19-20)
@@ -93,7 +95,7 @@ FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
 
 at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
   auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
-  return linear->forward(modulate(norm_final->forward(x), m[0], m[1]));  // (N, T, p·p·outC)
+  return attention::linear(linear, modulate(norm_final->forward(x), m[0], m[1]));  // (N, T, p·p·outC)
 }
 
 PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) {

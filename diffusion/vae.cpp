@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include "attention/linear.h"
 #include "diffusion/checkpoint_io.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -60,9 +61,9 @@ struct AttentionBlock : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) {
     const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
     at::Tensor h = group_norm_->forward(x).view({B, C, H * W}).transpose(1, 2);          // (B, HW, C)
-    at::Tensor q = to_q->forward(h).unsqueeze(1), k = to_k->forward(h).unsqueeze(1), v = to_v->forward(h).unsqueeze(1);  // (B, 1, HW, C)
+    at::Tensor q = attention::linear(to_q, h).unsqueeze(1), k = attention::linear(to_k, h).unsqueeze(1), v = attention::linear(to_v, h).unsqueeze(1);  // (B, 1, HW, C)
     at::Tensor o = at::scaled_dot_product_attention(q, k, v).squeeze(1);                   // (B, HW, C)
-    o = to_out[0]->as<Linear>()->forward(o).transpose(1, 2).reshape({B, C, H, W});
+    o = attention::linear(*to_out[0]->as<Linear>(), o).transpose(1, 2).reshape({B, C, H, W});
     return o + x;
   }
 };

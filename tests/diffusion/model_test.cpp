@@ -140,6 +140,7 @@ TEST(DiT, GuidanceModes) {
   auto c = model_config("DiT-S/4");
   c.input_size = 8;
   DiT m(c);
+  m.eval();  // a module starts in training mode, where labels are dropped at random (class dropout)
   torch::NoGradGuard ng;
   for (auto& p : m.parameters()) p.add_(at::randn_like(p) * 0.02);
   at::Tensor x = at::randn({4, 4, 8, 8}), t = at::full({4}, 300.0f), y = at::tensor({1L, 2L, 1000L, 1000L});
