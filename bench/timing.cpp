@@ -8,7 +8,6 @@
 #ifdef NALA_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -43,25 +42,6 @@ Timing time_it(const std::function<void()>& fn, const c10::Device& device, int w
   }
   std::sort(ms.begin(), ms.end());
   return {ms[ms.size() / 2], ms.front()};
-}
-
-void reset_peak_memory(const c10::Device& device) {
-#ifdef NALA_WITH_CUDA
-  if (device.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::emptyCache();
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
-  }
-#endif
-}
-
-double peak_memory_mib(const c10::Device& device) {
-#ifdef NALA_WITH_CUDA
-  if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index());
-    return double(stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) / (1 << 20);
-  }
-#endif
-  return 0.0;
 }
 
 std::string device_name(const c10::Device& device) {

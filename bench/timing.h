@@ -1,10 +1,12 @@
 // Timing for the benchmarks (never for tests): CUDA events on a GPU, a steady clock on the CPU;
-// warm-up first, then the median of the repeats. Peak memory from the CUDA caching allocator.
+// warm-up first, then the median of the repeats.
 #pragma once
 #include <functional>
 #include <string>
 
 #include <c10/core/Device.h>
+
+#include "diffusion/device_memory.h"
 
 namespace nala::bench {
 
@@ -14,9 +16,8 @@ struct Timing {
 
 Timing time_it(const std::function<void()>& fn, const c10::Device& device, int warmup = 3, int reps = 20);
 
-// Peak bytes allocated on `device` since the last reset (0 on the CPU).
-void reset_peak_memory(const c10::Device& device);
-double peak_memory_mib(const c10::Device& device);
+using diffusion::peak_memory_mib;  // peak memory since reset_peak_memory (diffusion/device_memory.h)
+using diffusion::reset_peak_memory;
 
 std::string device_name(const c10::Device& device);
 void synchronize(const c10::Device& device);

@@ -14,13 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#ifdef NALA_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-
 #include "diffusion/adamw.h"
 #include "diffusion/checkpoint_io.h"
 #include "diffusion/data_loader.h"
+#include "diffusion/device_memory.h"
 #include "diffusion/distributed.h"
 #include "diffusion/dit.h"
 #include "diffusion/gaussian_diffusion.h"
@@ -85,16 +82,6 @@ std::vector<std::pair<int64_t, std::string>> checkpoints_desc(const std::string&
 
 void write_json(const std::string& path, const nlohmann::json& j) {
   io::write_file_atomic(path, [&](std::ostream& o) { o << j.dump(2) << "\n"; });
-}
-
-double peak_memory_mib(const c10::Device& d) {
-#ifdef NALA_WITH_CUDA
-  if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index() < 0 ? 0 : d.index());
-    return double(st.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) / (1 << 20);
-  }
-#endif
-  return 0.0;
 }
 
 struct RunState {
