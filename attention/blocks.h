@@ -1,4 +1,4 @@
-// The attention blocks that sit inside a DiT block (NALA_SPEC.md §5-§6). x: (B, N, D) tokens on a
+// The attention blocks that sit inside a DiT block (docs/nala_attention.md §5-§6). x: (B, N, D) tokens on a
 // grid_h × grid_w grid (row-major), D = H·d. Module and parameter names are checkpoint keys:
 //   SoftmaxAttention  qkv (D → 3D, features [3][H][d]), proj       (timm Attention, DiT/SiT)
 //   GatedNalaAttention qkvg (D → 4D, features [4][H][d]), lepe (depthwise r×r conv on v),

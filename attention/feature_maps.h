@@ -1,4 +1,4 @@
-// The reference feature maps of NaLa attention and its baselines (NALA_SPEC.md §3), written with
+// The reference feature maps of NaLa attention and its baselines (docs/nala_attention.md §3), written with
 // plain ATen ops so that autograd differentiates them: the oracle for every fast path.
 // In: x (..., d) any float dtype. Out: (..., F) float32 (float64 for float64 input, for gradcheck).
 #pragma once

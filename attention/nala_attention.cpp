@@ -32,22 +32,32 @@ bool nala_cuda_kernels_available() {
 
 namespace {
 
-NalaOptions unpack(const std::vector<double>& o) {
-  NalaOptions opt;
-  opt.feature_map = static_cast<FeatureMap>(int(o[0]));
-  opt.lambda = o[1];
-  opt.tau = o[2];
-  opt.alpha = o[3];
-  opt.eps = o[4];
-  opt.eps_norm = o[5];
-  opt.focus_power = o[6];
-  return opt;
+// The options travel through autograd's saved data as named entries (an IValue map holds no structs).
+void save_options(torch::autograd::AutogradContext* ctx, const NalaOptions& o) {
+  ctx->saved_data["feature_map"] = int64_t(o.feature_map);
+  ctx->saved_data["lambda"] = o.lambda;
+  ctx->saved_data["tau"] = o.tau;
+  ctx->saved_data["alpha"] = o.alpha;
+  ctx->saved_data["eps"] = o.eps;
+  ctx->saved_data["eps_norm"] = o.eps_norm;
+  ctx->saved_data["focus_power"] = o.focus_power;
+}
+
+NalaOptions saved_options(torch::autograd::AutogradContext* ctx) {
+  NalaOptions o;
+  o.feature_map = static_cast<FeatureMap>(ctx->saved_data["feature_map"].toInt());
+  o.lambda = ctx->saved_data["lambda"].toDouble();
+  o.tau = ctx->saved_data["tau"].toDouble();
+  o.alpha = ctx->saved_data["alpha"].toDouble();
+  o.eps = ctx->saved_data["eps"].toDouble();
+  o.eps_norm = ctx->saved_data["eps_norm"].toDouble();
+  o.focus_power = ctx->saved_data["focus_power"].toDouble();
+  return o;
 }
 
 struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            std::vector<double> packed) {
-    const NalaOptions opt = unpack(packed);
+                            const NalaOptions& opt) {
     NalaForward r;
     if (q.is_cuda()) {
 #ifdef NALA_WITH_CUDA
@@ -59,15 +69,13 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
       r = nala_forward_cpu(q, k, v, opt);
     }
     ctx->save_for_backward({q, k, v, r.S, r.z, r.den});
-    ctx->saved_data["opt"] = c10::List<double>(packed);
+    save_options(ctx, opt);
     return r.o;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    std::vector<double> packed;
-    for (double x : ctx->saved_data["opt"].toDoubleList()) packed.push_back(x);
-    const NalaOptions opt = unpack(packed);
+    const NalaOptions opt = saved_options(ctx);
     at::Tensor go = grads[0];
     std::tuple<at::Tensor, at::Tensor, at::Tensor> d;
     if (saved[0].is_cuda()) {
@@ -90,8 +98,7 @@ at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   TORCH_CHECK(!nala_variant || opt.lambda * opt.tau >= 1.0, "nala_attention: the query power p = lambda*(tau + tanh n) must stay >= 1; ",
               "lambda*tau = ", opt.lambda * opt.tau);
   TORCH_CHECK(opt.eps > 0 && opt.eps_norm > 0, "nala_attention: eps and eps_norm must be positive, got ", opt.eps, ", ", opt.eps_norm);
-  std::vector<double> packed = {double(int(opt.feature_map)), opt.lambda, opt.tau, opt.alpha, opt.eps, opt.eps_norm, opt.focus_power};
-  return NalaAttentionFunction::apply(q, k, v, packed);
+  return NalaAttentionFunction::apply(q, k, v, opt);
 }
 
 }  // namespace nala::attention

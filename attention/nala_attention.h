@@ -1,4 +1,4 @@
-// nala_attention(q, k, v, options): NaLa attention as an autograd op (NALA_SPEC.md §3-§4).
+// nala_attention(q, k, v, options): NaLa attention as an autograd op (docs/nala_attention.md §3-§4).
 // q, k, v: (B, H, N, d), the same float dtype and device; strided views (for example slices of
 // one qkvg projection) are read in place. Forward saves only q, k, v, S (F×d per head), z (F per
 // head) and one scalar per token; the backward is hand-derived (§4). CPU tensors run the fast

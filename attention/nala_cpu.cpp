@@ -26,7 +26,7 @@ at::Tensor pow_abs(const at::Tensor& b, const at::Tensor& p) { return at::exp(p 
 }  // namespace
 
 // The maps are written as whole-tensor ATen ops (vectorised, threaded by ATen), without autograd;
-// the gradients below are derived by hand from NALA_SPEC.md §3 and tested against autograd.
+// the gradients below are derived by hand from docs/nala_attention.md §3 and tested against autograd.
 at::Tensor phi_cpu(const at::Tensor& x_in, bool query, const NalaOptions& o) {
   const at::Tensor x = x_in.to(acc_type(x_in));  // (..., d)
   switch (o.feature_map) {

@@ -1,6 +1,6 @@
 // The fast CPU path of NaLa attention: feature maps as whole-tensor ATen ops without autograd
 // (vectorised and threaded by ATen), batched matrix products for S, z and the output, and the
-// hand-derived backward (NALA_SPEC.md §4) that recomputes φ instead of keeping an autograd graph.
+// hand-derived backward (docs/nala_attention.md §4) that recomputes φ instead of keeping an autograd graph.
 // No N×N matrix anywhere. fp32 inside (fp64 for fp64 inputs).
 #pragma once
 #include <tuple>

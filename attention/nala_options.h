@@ -1,4 +1,4 @@
-// Options of NaLa attention and its baselines (../shared/NALA_SPEC.md §3-§4, defaults there).
+// Options of NaLa attention and its baselines (docs/nala_attention.md §3-§4, defaults there).
 // Shapes in attention/: q, k, v, o are (B, H, N, d): batch, heads, tokens, head dim; feature maps
 // produce F features per token (F = 2d for the nala variants, d for the baselines).
 #pragma once

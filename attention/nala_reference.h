@@ -1,4 +1,4 @@
-// NaLa attention written with plain ATen ops (NALA_SPEC.md §4): the oracle. Autograd gives its
+// NaLa attention written with plain ATen ops (docs/nala_attention.md §4): the oracle. Autograd gives its
 // gradients; every fast path (CPU, CUDA) is tested against it.
 //   S = (1/N) Σ_i φ_k(k_i) v_iᵀ,  z = (1/N) Σ_i φ_k(k_i),  o_t = φ_q(q_t)·S / (φ_q(q_t)·z + ε)
 // q, k, v: (B, H, N, d) any float dtype; computed in fp32 (fp64 for fp64 input); output in the

@@ -9,7 +9,7 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
-#include "diffusion/vae.h"
+#include "models/vae.h"
 #include "metrics/inception.h"
 
 namespace nala::bench {
@@ -43,7 +43,7 @@ int bench_eval(int argc, char** argv) {
     std::printf("| Inception features (256 px uint8 -> 299, fp32+TF32) | %ld | %.1f | %.0f | %.0f |\n", B, t.median_ms, B / (t.median_ms / 1e3), peak_memory_mib(dev));
   }
   for (auto dt : {at::kBFloat16, at::kFloat}) {
-    auto vae = std::make_shared<diffusion::AutoencoderKL>();
+    auto vae = std::make_shared<models::AutoencoderKL>();
     vae->to(dev, dt);
     vae->eval();
     const int64_t B = a["vae-batch"].as<int64_t>(), S = a["image-size"].as<int64_t>();

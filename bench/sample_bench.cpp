@@ -10,7 +10,7 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
-#include "diffusion/dit.h"
+#include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
 #include "samplers/guidance.h"
 
@@ -44,10 +44,10 @@ int bench_sample(int argc, char** argv) {
     while (std::getline(ds, dts, ',')) {
       try {
         const auto dt = dts == "bf16" ? at::kBFloat16 : at::kFloat;
-        auto cfg = diffusion::model_config(name);
+        auto cfg = models::model_config(name);
         cfg.input_size = L;
         torch::manual_seed(0);
-        auto model = std::make_shared<diffusion::DiT>(cfg);
+        auto model = std::make_shared<models::DiT>(cfg);
         for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.02);  // non-trivial weights
         model->to(dev, dt);
         model->eval();

@@ -6,7 +6,7 @@
 
 #include <c10/core/Device.h>
 
-#include "diffusion/device_memory.h"
+#include "train/device_memory.h"
 
 namespace nala::bench {
 
@@ -16,8 +16,8 @@ struct Timing {
 
 Timing time_it(const std::function<void()>& fn, const c10::Device& device, int warmup = 3, int reps = 20);
 
-using diffusion::peak_memory_mib;  // peak memory since reset_peak_memory (diffusion/device_memory.h)
-using diffusion::reset_peak_memory;
+using train::peak_memory_mib;  // peak memory since reset_peak_memory (diffusion/device_memory.h)
+using train::reset_peak_memory;
 
 std::string device_name(const c10::Device& device);
 void synchronize(const c10::Device& device);

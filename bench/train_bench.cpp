@@ -11,8 +11,8 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
-#include "diffusion/adamw.h"
-#include "diffusion/dit.h"
+#include "train/adamw.h"
+#include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
 
 namespace nala::bench {
@@ -39,17 +39,17 @@ int bench_train(int argc, char** argv) {
   std::string name;
   while (std::getline(ss, name, ',')) {
     try {
-      auto cfg = diffusion::model_config(name);
+      auto cfg = models::model_config(name);
       cfg.input_size = L;
       torch::manual_seed(0);
-      auto model = std::make_shared<diffusion::DiT>(cfg);
+      auto model = std::make_shared<models::DiT>(cfg);
       model->to(dev);
-      auto ema = std::make_shared<diffusion::DiT>(cfg);
+      auto ema = std::make_shared<models::DiT>(cfg);
       ema->to(dev);
       std::vector<at::Tensor> params;
       for (auto& p : model->parameters())
         if (p.requires_grad()) params.push_back(p);
-      diffusion::AdamW opt(params, {});
+      train::AdamW opt(params, {});
       diffusion::GaussianDiffusion diff;
       at::Tensor x = at::randn({B, 4, L, L}, at::TensorOptions().device(dev));
       at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().device(dev).dtype(at::kLong));
@@ -72,7 +72,7 @@ int bench_train(int argc, char** argv) {
         }
         opt.step();
         opt.zero_grad();
-        diffusion::update_ema(ema->parameters(), model->parameters(), 0.9999);
+        train::update_ema(ema->parameters(), model->parameters(), 0.9999);
       };
       reset_peak_memory(dev);
       Timing t = time_it(step, dev, a["warmup"].as<int>(), a["steps"].as<int>());

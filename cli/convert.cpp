@@ -5,7 +5,7 @@
 #include <cxxopts.hpp>
 
 #include "cli/commands.h"
-#include "diffusion/checkpoint_io.h"
+#include "models/checkpoint.h"
 
 namespace nala::cli {
 
@@ -21,7 +21,7 @@ int run_convert(int argc, char** argv) {
     std::cout << o.help() << "\n";
     return a.count("help") ? 0 : 2;
   }
-  auto w = diffusion::load_weights(a["in"].as<std::string>(), a["take"].as<std::string>());
+  auto w = io::load_weights(a["in"].as<std::string>(), a["take"].as<std::string>());
   int64_t n = 0;
   for (auto& [k, t] : w) n += t.numel();
   io::save_safetensors(a["out"].as<std::string>(), w, {{"format", "pt"}});

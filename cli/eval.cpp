@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "diffusion/datasets.h"
+#include "data/datasets.h"
 #include "io/atomic_file.h"
 #include "metrics/evaluator.h"
 #include "metrics/fmnist_classifier.h"

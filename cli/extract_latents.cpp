@@ -13,11 +13,12 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "diffusion/datasets.h"
-#include "diffusion/vae.h"
+#include "data/datasets.h"
+#include "models/vae.h"
+#include "diffusion/seed.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
-#include "io/progress.h"
+#include "report/progress.h"
 #include "io/safetensors.h"
 
 namespace nala::cli {
@@ -46,7 +47,7 @@ int run_extract_latents(int argc, char** argv) {
   if (shard <= 0 || bs <= 0) throw std::runtime_error("--shard-size and --batch-size must be positive");
   const c10::Device dev = pick_device(a["device"].as<std::string>());
   data::ImageFolder folder(a["data"].as<std::string>(), size);
-  auto vae = diffusion::load_vae(a["vae"].as<std::string>());
+  auto vae = models::load_vae(a["vae"].as<std::string>());
   vae->to(dev, dev.is_cuda() ? at::kBFloat16 : at::kFloat);
   io::make_dirs(out);
   io::write_file_atomic(out + "/classes.json", [&](std::ostream& os) {
@@ -54,7 +55,7 @@ int run_extract_latents(int argc, char** argv) {
   });
   const int64_t n = folder.size(), shards = (n + shard - 1) / shard;
   std::cerr << "extract-latents: " << folder.describe() << " -> " << shards << " shard(s) in " << out << " on " << dev << "\n";
-  io::ProgressBar bar("encode", n, "img");
+  report::ProgressBar bar("encode", n, "img");
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = 0, skipped_shards = 0;
   for (int64_t s = 0; s < shards; ++s) {
@@ -66,7 +67,7 @@ int run_extract_latents(int argc, char** argv) {
       ++skipped_shards;
       continue;
     }
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(a["seed"].as<uint64_t>() * 1000003 + uint64_t(s));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(diffusion::derive_seed(a["seed"].as<uint64_t>(), diffusion::SeedStream::LatentShard, uint64_t(s)));
     std::vector<at::Tensor> lat;
     std::vector<int64_t> labels, indices;
     for (int64_t i = begin; i < end; i += bs) {

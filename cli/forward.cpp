@@ -7,8 +7,8 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "diffusion/checkpoint_io.h"
-#include "diffusion/dit.h"
+#include "models/checkpoint.h"
+#include "models/dit.h"
 #include "io/npz.h"
 
 namespace nala::cli {
@@ -31,9 +31,9 @@ int run_forward(int argc, char** argv) {
   }
   const c10::Device dev = pick_device(a["device"].as<std::string>());
   const auto dt = parse_dtype(a["dtype"].as<std::string>());
-  diffusion::ModelOverrides ov;
+  models::ModelOverrides ov;
   ov.input_size = a["image-size"].as<int64_t>();
-  auto model = diffusion::load_model(a["model"].as<std::string>(), a["ckpt"].as<std::string>(), ov);
+  auto model = models::load_model(a["model"].as<std::string>(), a["ckpt"].as<std::string>(), ov);
   model->to(dev, dt);
   std::map<std::string, at::Tensor> in;
   for (auto& [k, v] : io::load_npz(a["input"].as<std::string>())) in[k] = v;

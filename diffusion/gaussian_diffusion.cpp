@@ -220,7 +220,7 @@ at::Tensor discretized_gaussian_log_likelihood(const at::Tensor& x, const at::Te
   return at::where(x < -0.999, log_cdf_plus, at::where(x > 0.999, log_one_minus_cdf_min, log_delta));
 }
 
-DiffusionLosses GaussianDiffusion::training_losses(const DiffusionModelFn& model, const at::Tensor& x0, const at::Tensor& t,
+DiffusionLosses GaussianDiffusion::training_losses(const ModelFn& model, const at::Tensor& x0, const at::Tensor& t,
                                                    const at::Tensor& noise) const {
   at::Tensor xt = q_sample(x0, t, noise);
   at::Tensor out = model(xt, model_timesteps(t)).to(at::kFloat);        // (N, C or 2C, H, W)

@@ -1,4 +1,4 @@
-// ADM Gaussian diffusion as DiT uses it (REFERENCE.md §2; Nichol & Dhariwal 2021, "Improved
+// ADM Gaussian diffusion as DiT uses it (docs/reference.md §2; Nichol & Dhariwal 2021, "Improved
 // DDPM"): beta schedules, float64 tables cast to float32 per step, q_sample, the posterior,
 // epsilon-prediction outputs with learned-range / fixed-small / fixed-large variance, the hybrid
 // loss (MSE + VLB on the detached mean), and respacing. Samplers live in samplers/.
@@ -15,6 +15,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "diffusion/model_fn.h"
+
 namespace nala::diffusion {
 
 enum class VarianceType { LearnedRange, FixedSmall, FixedLarge };
@@ -26,9 +28,6 @@ std::vector<double> beta_schedule(const std::string& name, int64_t steps);
 // ADM's space_timesteps (respace.py:12-62): "250", "ddim50", or comma sections "10,15,20". Uses
 // Python's round-half-to-even on accumulated float strides, so "25" keeps 166, 500, 832.
 std::set<int64_t> space_timesteps(int64_t num_timesteps, const std::string& spec);
-
-// The network call: x_t and the ORIGINAL timestep indices (N,) -> raw model output.
-using DiffusionModelFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t)>;
 
 struct PMeanVariance {
   at::Tensor mean, variance, log_variance, pred_xstart, eps;
@@ -62,7 +61,7 @@ class GaussianDiffusion {
   at::Tensor predict_eps_from_xstart(const at::Tensor& xt, const at::Tensor& t, const at::Tensor& x0) const;
 
   // The hybrid loss of gaussian_diffusion.py:715-787 for given t and noise.
-  DiffusionLosses training_losses(const DiffusionModelFn& model, const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) const;
+  DiffusionLosses training_losses(const ModelFn& model, const at::Tensor& x0, const at::Tensor& t, const at::Tensor& noise) const;
 
   VarianceType var_type;
   std::vector<int64_t> timestep_map;

@@ -26,6 +26,16 @@ LossWeight parse_loss_weight(const std::string& s) {
   throw std::runtime_error("unknown loss weight '" + s + "' (known: none, velocity, likelihood)");
 }
 
+DiffusionForm parse_diffusion_form(const std::string& s) {
+  if (s == "constant") return DiffusionForm::Constant;
+  if (s == "SBDM") return DiffusionForm::SBDM;
+  if (s == "sigma") return DiffusionForm::Sigma;
+  if (s == "linear") return DiffusionForm::Linear;
+  if (s == "decreasing") return DiffusionForm::Decreasing;
+  if (s == "increasing-decreasing") return DiffusionForm::IncreasingDecreasing;
+  throw std::runtime_error("unknown diffusion form '" + s + "' (known: constant, SBDM, sigma, linear, decreasing, increasing-decreasing)");
+}
+
 namespace {
 constexpr double kSigmaMin = 0.1, kSigmaMax = 20.0;  // VP (path.py VPCPlan)
 at::Tensor expand_like(const at::Tensor& t, const at::Tensor& x) {
@@ -95,15 +105,17 @@ std::pair<at::Tensor, at::Tensor> Transport::drift_parts(const at::Tensor& x, co
   return {-ratio * x, ratio * c.sigma * c.sigma - c.sigma * c.d_sigma};
 }
 
-at::Tensor Transport::diffusion_coefficient(const std::string& form, double norm, const at::Tensor& x, const at::Tensor& t) const {
+at::Tensor Transport::diffusion_coefficient(DiffusionForm form, double norm, const at::Tensor& x, const at::Tensor& t) const {
   at::Tensor te = expand_like(t, x).to(x.scalar_type());
-  if (form == "constant") return at::full_like(te, norm);
-  if (form == "SBDM") return norm * drift_parts(x, t).second;
-  if (form == "sigma") return norm * coeffs(t, x).sigma;
-  if (form == "linear") return norm * (1 - te);
-  if (form == "decreasing") return 0.25 * (norm * at::cos(M_PI * te) + 1).pow(2);
-  if (form == "increasing-decreasing") return norm * at::sin(M_PI * te).pow(2);
-  throw std::runtime_error("unknown diffusion form '" + form + "' (known: constant, SBDM, sigma, linear, decreasing, increasing-decreasing)");
+  switch (form) {
+    case DiffusionForm::Constant: return at::full_like(te, norm);
+    case DiffusionForm::SBDM: return norm * drift_parts(x, t).second;
+    case DiffusionForm::Sigma: return norm * coeffs(t, x).sigma;
+    case DiffusionForm::Linear: return norm * (1 - te);
+    case DiffusionForm::Decreasing: return 0.25 * (norm * at::cos(M_PI * te) + 1).pow(2);
+    case DiffusionForm::IncreasingDecreasing: return norm * at::sin(M_PI * te).pow(2);
+  }
+  throw std::logic_error("diffusion_coefficient: invalid DiffusionForm");
 }
 
 at::Tensor Transport::score_from_velocity(const at::Tensor& v, const at::Tensor& x, const at::Tensor& t) const {
@@ -143,13 +155,13 @@ at::Tensor Transport::score(const at::Tensor& out, const at::Tensor& x, const at
   return out;
 }
 
-std::pair<double, double> Transport::interval(bool sampling, bool sde, const std::string& form, double last_step_size) const {
+std::pair<double, double> Transport::interval(bool sampling, bool sde, DiffusionForm form, double last_step_size) const {
   double t0 = 0, t1 = 1;
   const double eps = sampling ? sample_eps_ : train_eps_;
   if (cfg_.path == PathType::VP) {
     t1 = (sde && last_step_size > 0) ? 1 - last_step_size : 1 - eps;
   } else if (cfg_.prediction != Prediction::Velocity || sde) {
-    t0 = ((form == "SBDM" && sde) || cfg_.prediction != Prediction::Velocity) ? eps : 0;
+    t0 = ((form == DiffusionForm::SBDM && sde) || cfg_.prediction != Prediction::Velocity) ? eps : 0;
     t1 = (sde && last_step_size > 0) ? 1 - last_step_size : 1 - eps;
   }
   return {t0, t1};
@@ -166,7 +178,7 @@ Transport::Sample Transport::sample_path(const at::Tensor& x1, const at::Tensor&
   return s;
 }
 
-at::Tensor Transport::training_loss(const TransportModelFn& model, const at::Tensor& x1, const at::Tensor& t_uniform, const at::Tensor& x0) const {
+at::Tensor Transport::training_loss(const ModelFn& model, const at::Tensor& x1, const at::Tensor& t_uniform, const at::Tensor& x0) const {
   Sample s = sample_path(x1, t_uniform, x0);
   at::Tensor out = model(s.xt, s.t).to(at::kFloat);
   auto mean_flat = [](const at::Tensor& a) { return a.flatten(1).mean(1); };

@@ -1,11 +1,9 @@
-// NumPy .npy / .npz read and write.
-//   .npy: "\x93NUMPY", version (1.0: u16 header length; 2.0/3.0: u32), a Python-dict header
-//         {'descr': '<f4', 'fortran_order': False, 'shape': (N, H, W, C), }, then C-order data.
-//   .npz: a zip archive of "<key>.npy" members, stored or deflate-compressed, with ZIP64 records
-//         when sizes exceed 4 GiB (numpy always writes the ZIP64 extra field).
+// NumPy .npz read and write: a zip archive (io/zip.h) of "<key>.npy" members (io/npy.h), stored or
+// deflate-compressed, with ZIP64 records when sizes exceed 4 GiB (numpy always writes the ZIP64 extra field).
 // Large members are streamed: NpzArrayReader reads rows of the first axis on demand, and
 // NpzWriter appends rows, so a 50,000-image sample batch is never held twice in memory.
 // Supported dtypes: uint8, int8, bool, int16, int32, int64, float16, float32, float64.
+// Including this header also declares the .npy functions (npy_header, load_npy, save_npy) and ZipEntry.
 #pragma once
 #include <cstdio>
 #include <memory>
@@ -14,16 +12,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "io/npy.h"
 #include "io/safetensors.h"  // NamedTensors
+#include "io/zip.h"
 
 namespace nala::io {
-
-struct ZipEntry {
-  std::string name;
-  uint16_t method = 0;  // 0 stored, 8 deflate
-  uint32_t crc32 = 0;
-  uint64_t compressed_size = 0, uncompressed_size = 0, local_header_offset = 0;
-};
 
 // Reads one array member of an .npz sequentially along its first axis.
 class NpzArrayReader {
@@ -62,7 +55,6 @@ std::vector<std::string> npz_keys(const std::string& path);
 
 // Loads every member.
 NamedTensors load_npz(const std::string& path);
-at::Tensor load_npy(const std::string& path);
 
 // Writes an .npz atomically: members go to "<path>.tmp.<pid>", close() renames.
 class NpzWriter {
@@ -97,9 +89,5 @@ class NpzWriter {
 };
 
 void save_npz(const std::string& path, const NamedTensors& arrays, bool compress = false);
-void save_npy(const std::string& path, const at::Tensor& array);
-
-// The .npy header for an array (used by the writers and by tests).
-std::string npy_header(at::ScalarType dtype, const std::vector<int64_t>& shape);
 
 }  // namespace nala::io

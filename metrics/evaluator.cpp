@@ -7,11 +7,14 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include "diffusion/datasets.h"
+#include "data/datasets.h"
 #include "io/npz.h"
-#include "io/progress.h"
+#include "report/progress.h"
 #include "metrics/fmnist_classifier.h"
 #include "metrics/inception.h"
+#include "metrics/frechet_distance.h"
+#include "metrics/inception_score.h"
+#include "metrics/precision_recall.h"
 #include "metrics/statistics.h"
 
 namespace nala::metrics {
@@ -37,7 +40,7 @@ Extracted extract(FidInception& net, const std::string& path, const EvalOptions&
   Extracted e;
   e.image_shape = r.shape();
   std::vector<at::Tensor> pools, logits;
-  io::ProgressBar bar("inception " + path.substr(path.find_last_of('/') + 1), r.rows_total(), "img");
+  report::ProgressBar bar("inception " + path.substr(path.find_last_of('/') + 1), r.rows_total(), "img");
   const auto t0 = std::chrono::steady_clock::now();
   int64_t done = 0;
   while (r.rows_left() > 0) {

@@ -1,6 +1,6 @@
 // `nala eval` as a library: Inception features streamed out of sample / reference .npz batches,
 // statistics, then FID, sFID, IS, precision and recall exactly as the ADM evaluator combines them
-// (REFERENCE.md §6, §8.2): the reference's precomputed mu/sigma/mu_s/sigma_s are used when present,
+// (docs/reference.md §6, §8.2): the reference's precomputed mu/sigma/mu_s/sigma_s are used when present,
 // IS is computed on the samples only, P/R on pool3 features of all reference and sample images.
 // And the Fashion-MNIST counterparts (FD-FMNIST etc.) with nala's own classifier.
 #pragma once

@@ -7,9 +7,9 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include "diffusion/checkpoint_io.h"
-#include "diffusion/datasets.h"
-#include "io/progress.h"
+#include "models/checkpoint.h"
+#include "data/datasets.h"
+#include "report/progress.h"
 #include "io/safetensors.h"
 
 namespace nala::metrics {
@@ -45,7 +45,7 @@ ClassifierTraining train_fmnist_classifier(const std::string& dir, const std::st
   net->to(device);
   torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-3));
   const int64_t bs = 128, n = xtr.size(0), steps = epochs * (n / bs);
-  io::ProgressBar bar("classifier", steps, "step");
+  report::ProgressBar bar("classifier", steps, "step");
   int64_t step = 0;
   for (int64_t e = 0; e < epochs; ++e) {
     if (e == epochs - 1 && epochs > 1)  // the last epoch at a tenth of the step size
@@ -74,7 +74,7 @@ ClassifierTraining train_fmnist_classifier(const std::string& dir, const std::st
   r.test_accuracy = double(correct) / double(xte.size(0));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   net->to(at::kCPU);
-  io::save_safetensors(out_path, diffusion::state_dict(*net),
+  io::save_safetensors(out_path, io::state_dict(*net),
                        {{"test_accuracy", std::to_string(r.test_accuracy)},
                         {"recipe", "conv16-32-64-64 fc256 fc10, Adam 1e-3, batch 128, epochs " + std::to_string(epochs) + ", seed " + std::to_string(seed)}});
   return r;
@@ -82,7 +82,7 @@ ClassifierTraining train_fmnist_classifier(const std::string& dir, const std::st
 
 std::shared_ptr<FmnistClassifier> load_fmnist_classifier(const std::string& path) {
   auto net = std::make_shared<FmnistClassifier>();
-  diffusion::load_state_dict(*net, io::load_safetensors(path), path);
+  io::load_state_dict(*net, io::load_safetensors(path), path);
   net->eval();
   return net;
 }

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include "diffusion/checkpoint_io.h"
+#include "models/checkpoint.h"
 #include "io/safetensors.h"
 
 namespace nala::metrics {
@@ -215,14 +215,14 @@ std::shared_ptr<FidInception> load_inception(const std::string& path) {
   io::NamedTensors w;
   for (auto& [k, t] : io::load_safetensors(path)) w.emplace_back(k, t);
   // num_batches_tracked and fc.bias do not affect features; accept files without them
-  auto own = diffusion::state_dict(*net);
+  auto own = io::state_dict(*net);
   std::map<std::string, at::Tensor> have(w.begin(), w.end());
   for (auto& [k, t] : own)
     if (!have.count(k) && (k.find("num_batches_tracked") != std::string::npos || k == "fc.bias")) w.emplace_back(k, t.clone());
   io::NamedTensors filtered;
   for (auto& [k, t] : w)
     if (k.rfind("AuxLogits", 0) != 0) filtered.emplace_back(k, t);
-  diffusion::load_state_dict(*net, filtered, path);
+  io::load_state_dict(*net, filtered, path);
   net->eval();
   return net;
 }

@@ -1,5 +1,5 @@
 // The FID Inception network (pytorch-fid's InceptionV3: torchvision's Inception3 with the FID
-// blocks, 1008 logits; REFERENCE.md §6.7), fed the way the ADM evaluator's TF graph is fed:
+// blocks, 1008 logits; docs/reference.md §6.7), fed the way the ADM evaluator's TF graph is fed:
 // uint8 NHWC -> float -> TF1 bilinear resize to 299 (align_corners false, no half-pixel offset)
 // -> (x − 128)/128. Module names are the torchvision keys of pt_inception-2015-12-05
 // (converted to safetensors by scripts/convert_inception.py).

@@ -23,7 +23,7 @@ double rms(const at::Tensor& x) { return x.to(at::kDouble).pow(2).mean().sqrt().
 
 }  // namespace
 
-SampleResult integrate_dopri5(const DriftFn& f, const at::Tensor& x_init, double t0, double t1, double atol, double rtol,
+SampleResult integrate_dopri5(const ModelFn& f, const at::Tensor& x_init, double t0, double t1, double atol, double rtol,
                               Dopri5Stats* stats, int64_t max_steps) {
   TORCH_CHECK(atol > 0 && rtol > 0, "dopri5 tolerances must be positive, got atol ", atol, ", rtol ", rtol);
   at::Tensor y = x_init.to(at::kFloat);

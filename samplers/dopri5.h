@@ -12,7 +12,7 @@ struct Dopri5Stats {
   int64_t accepted = 0, rejected = 0;
 };
 
-SampleResult integrate_dopri5(const DriftFn& f, const at::Tensor& x0, double t0, double t1, double atol, double rtol,
+SampleResult integrate_dopri5(const ModelFn& f, const at::Tensor& x0, double t0, double t1, double atol, double rtol,
                               Dopri5Stats* stats = nullptr, int64_t max_steps = 100000);
 
 SampleResult sample_ode_dopri5(const ModelFn& model, const diffusion::Transport& tr, const at::Tensor& noise, double atol = 1e-6,

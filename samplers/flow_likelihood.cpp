@@ -7,7 +7,7 @@
 
 namespace nala::samplers {
 
-Likelihood ode_likelihood(const DriftFn& f, const at::Tensor& x_data, double t0, double t1, int64_t num_points,
+Likelihood ode_likelihood(const ModelFn& f, const at::Tensor& x_data, double t0, double t1, int64_t num_points,
                           std::optional<at::Generator> gen) {
   TORCH_CHECK(num_points >= 2, "likelihood grid needs at least 2 points, got ", num_points);
   const int64_t n = x_data.size(0);

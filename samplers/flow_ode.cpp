@@ -4,11 +4,11 @@
 
 namespace nala::samplers {
 
-DriftFn ode_drift(const ModelFn& model, const diffusion::Transport& tr) {
+ModelFn ode_drift(const ModelFn& model, const diffusion::Transport& tr) {
   return [model, tr](const at::Tensor& x, const at::Tensor& t) { return tr.velocity(model(x, t).to(at::kFloat), x, t); };
 }
 
-SampleResult integrate_fixed(const DriftFn& f, const at::Tensor& x_init, double t0, double t1, int64_t num_points, FixedMethod method,
+SampleResult integrate_fixed(const ModelFn& f, const at::Tensor& x_init, double t0, double t1, int64_t num_points, FixedMethod method,
                              const ProgressFn& progress) {
   TORCH_CHECK(num_points >= 2, "an ODE grid needs at least 2 points, got ", num_points);
   at::Tensor x = x_init.to(at::kFloat);

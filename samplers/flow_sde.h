@@ -1,4 +1,4 @@
-// SDE samplers for SiT transport (REFERENCE.md §3.7): dx = [v(x,t) + w(t) s(x,t)] dt + √(2 w(t)) dW
+// SDE samplers for SiT transport (docs/reference.md §3.7): dx = [v(x,t) + w(t) s(x,t)] dt + √(2 w(t)) dW
 // from t0 to t1 = 1 − last_step_size, then one last step. v and s come from ONE model evaluation
 // (SiT evaluates the model twice per drift; the results are identical).
 //   Euler–Maruyama: x ← x + f dt + √(2w) √dt z
@@ -13,11 +13,18 @@
 
 namespace nala::samplers {
 
+enum class SdeMethod { Euler, Heun };                 // Euler: Euler–Maruyama
+enum class LastStep { None, Mean, Tweedie, Euler };
+
+// Names as SiT's CLI spells them; throw with the known names.
+SdeMethod parse_sde_method(const std::string& s);      // "Euler", "Heun"
+LastStep parse_last_step(const std::string& s);        // "none" (or "None"), "Mean", "Tweedie", "Euler"
+
 struct SdeOptions {
-  std::string method = "Euler";           // "Euler" (Euler–Maruyama) or "Heun"
-  std::string diffusion_form = "sigma";   // SiT's CLI default
+  SdeMethod method = SdeMethod::Euler;
+  diffusion::DiffusionForm diffusion_form = diffusion::DiffusionForm::Sigma;  // SiT's CLI default
   double diffusion_norm = 1.0;
-  std::string last_step = "Mean";         // "none", "Mean", "Tweedie", "Euler"
+  LastStep last_step = LastStep::Mean;
   double last_step_size = 0.04;
   int64_t num_points = 250;
 };

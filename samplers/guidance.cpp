@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "models/guidance.h"
+
 namespace nala::samplers {
 
 ModelFn classifier_free_guidance(LabelledNet net, at::Tensor y, int64_t null_class, double scale, int64_t channels, int64_t model_channels) {
@@ -12,9 +14,8 @@ ModelFn classifier_free_guidance(LabelledNet net, at::Tensor y, int64_t null_cla
   return [net, y2, scale, g](const at::Tensor& x, const at::Tensor& t) {
     const int64_t n = x.size(0);
     at::Tensor out = net(at::cat({x, x}), at::cat({t, t}), y2);                // (2N, C', H, W)
-    at::Tensor cond = out.narrow(0, 0, n), uncond = out.narrow(0, n, n);
-    at::Tensor guided = uncond.narrow(1, 0, g) + scale * (cond.narrow(1, 0, g) - uncond.narrow(1, 0, g));
-    return g == out.size(1) ? guided : at::cat({guided, cond.narrow(1, g, out.size(1) - g)}, 1);  // (N, C', H, W)
+    TORCH_CHECK(out.size(0) == 2 * n, "guidance: the network returned ", out.size(0), " rows for a doubled batch of ", 2 * n);
+    return models::guided_output(out, scale, g);                               // (N, C', H, W)
   };
 }
 

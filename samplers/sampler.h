@@ -9,11 +9,13 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
+#include "diffusion/model_fn.h"
+
 namespace nala::samplers {
 
-// x (N, C, H, W), t (N,) -> model output. DDPM samplers pass the original integer timesteps;
-// flow samplers pass t in [0, 1].
-using ModelFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& t)>;
+// The model call (diffusion/model_fn.h): DDPM samplers pass the original integer timesteps, flow
+// samplers t in [0, 1]; an ODE drift dx/dt has the same type.
+using diffusion::ModelFn;
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
 struct SampleResult {

@@ -25,7 +25,7 @@ if "$nala" --version | grep -q "CUDA available: yes"; then
 else
   device=cpu; model=NaLaSiT-T/4; batch=64; steps=100000; nsamples=2000
 fi
-classifier=data/fmnist_classifier.safetensors
+classifier=.cache/fmnist_classifier.safetensors
 if [ ! -f "$classifier" ]; then
   echo "== 1/4 training the Fashion-MNIST classifier for FD-FMNIST (once)"
   bash scripts/train_fmnist_classifier.sh "$classifier" --device "$device"

@@ -1,5 +1,5 @@
 """An independent PyTorch implementation of DiT / SiT (facebookresearch/DiT models.py, as described
-in ../shared/REFERENCE.md §1) and of the gated NaLa block (../shared/NALA_SPEC.md §5), built from
+in docs/reference.md §1) and of the gated NaLa block (docs/nala_attention.md §5), built from
 timm's Attention / Mlp / PatchEmbed as the official code is. It is the oracle the C++ models are
 tested against (tests/python/test_models.py); it is not used by nala itself.
 
@@ -80,7 +80,7 @@ def phi_key(k, alpha=1.0, lam=3.0, variant="nala"):
 
 
 def nala_attention(q, k, v, alpha=1.0, variant="nala", eps=1e-6):
-    """NALA_SPEC.md §4 in float64 for the oracle; q, k, v (B, H, N, d)."""
+    """docs/nala_attention.md §4 in float64 for the oracle; q, k, v (B, H, N, d)."""
     dt = q.dtype
     q, k, v = q.double(), k.double(), v.double()
     pq, pk = phi_query(q, alpha, variant=variant), phi_key(k, alpha, variant=variant)
@@ -91,7 +91,7 @@ def nala_attention(q, k, v, alpha=1.0, variant="nala", eps=1e-6):
 
 
 class GatedNala(nn.Module):
-    """NALA_SPEC.md §5: qkvg, per-head NaLa attention, LePE on v, LayerNorm(o) * SiLU(g), proj."""
+    """docs/nala_attention.md §5: qkvg, per-head NaLa attention, LePE on v, LayerNorm(o) * SiLU(g), proj."""
 
     def __init__(self, dim, heads, lepe=5, alpha=1.0, variant="nala"):
         super().__init__()

@@ -5,7 +5,7 @@
 # usage: bash scripts/train_fmnist_classifier.sh [OUT.safetensors] [--device cuda]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/data/fmnist_classifier.safetensors}
+out=${1:-$root/.cache/fmnist_classifier.safetensors}
 shift || true
 mkdir -p "$(dirname "$out")"
 "$root/build/nala" eval --train-fmnist-classifier --out "$out" --epochs 4 --seed 0 "$@"

@@ -9,6 +9,11 @@
 #include "attention/cuda/nala_params.h"
 
 namespace nala::attention {
+
+static_assert(int(cuda::KernelMap::Nala) == int(FeatureMap::Nala) && int(cuda::KernelMap::NalaRelu) == int(FeatureMap::NalaRelu) &&
+                  int(cuda::KernelMap::Elu) == int(FeatureMap::Elu) && int(cuda::KernelMap::Relu) == int(FeatureMap::Relu) &&
+                  int(cuda::KernelMap::Focused) == int(FeatureMap::Focused),
+              "cuda::KernelMap must equal attention::FeatureMap value for value");
 namespace {
 
 bool g_poison = false;
@@ -69,7 +74,7 @@ cuda::NalaKernelParams base_params(const at::Tensor& q, const at::Tensor& k, con
   set_strides(p.q_stride, q);
   set_strides(p.k_stride, k);
   set_strides(p.v_stride, v);
-  p.map = int(opt.feature_map);
+  p.map = static_cast<cuda::KernelMap>(opt.feature_map);
   p.lambda = float(opt.lambda);
   p.tau = float(opt.tau);
   p.alpha = float(opt.alpha);

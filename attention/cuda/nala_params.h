@@ -14,6 +14,11 @@ namespace nala::attention::cuda {
 
 enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
 
+// The feature map, as the device code sees it. Equal value for value to attention::FeatureMap
+// (attention/nala_options.h); nala_cuda.cpp static_asserts that, since this header stays free of
+// host-only types.
+enum class KernelMap : int { Nala = 0, NalaRelu = 1, Elu = 2, Relu = 3, Focused = 4 };
+
 struct NalaKernelParams {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -36,7 +41,7 @@ struct NalaKernelParams {
   int tokens_per_chunk = 0;
   int out_chunks = 1;        // sequence split of the non-reducing kernels (output, dkv)
   int out_tokens_per_chunk = 0;
-  int map = 0;               // FeatureMap
+  KernelMap map = KernelMap::Nala;
   float lambda = 3, tau = 0.5f, alpha = 1, eps = 1e-6f, eps_norm = 1e-6f, focus_power = 3;
   float inv_n = 1;
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads

@@ -1,4 +1,4 @@
-// The fused CUDA kernels against the ATen reference (NALA_SPEC.md §8): fp32 within 1e-5 relative;
+// The fused CUDA kernels against the ATen reference (docs/nala_attention.md §8): fp32 within 1e-5 relative;
 // fp16/bf16 within 2x (outputs) and 3x (gradients) of the reference's own error when the
 // reference runs on the same low-precision inputs. Awkward sizes, strided inputs read from one
 // qkvg projection, every output poisoned with NaN before each launch. Runs on the GPU machine
@@ -76,7 +76,7 @@ void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0) {
     const double e = rel_err(*o[i], *r[i]), e_ref = rel_err(*l[i], *r[i]);
     // fp32: 1e-5 relative, or twice the fp32 reference's own error where the result is ill-conditioned
     // (for N = 1, o = v and dq, dk are pure rounding noise around 0); low precision: 2x (outputs)
-    // and 3x (gradients) of the reference's error in that dtype (NALA_SPEC.md §8)
+    // and 3x (gradients) of the reference's error in that dtype (docs/nala_attention.md §8)
     const double tol = dt == at::kFloat ? std::max(1e-5, 2.0 * e_ref) : (i == 0 ? 2.0 : 3.0) * e_ref + 1e-6;
     std::printf("%-9s %-5s B=%-3ld H=%ld N=%-5ld d=%-3ld %-2s  err %.2e  (reference in dtype %.2e, limit %.2e)\n",
                 feature_map_name(map).c_str(), dt == at::kFloat ? "fp32" : dt == at::kHalf ? "fp16" : "bf16", c.B, c.H, c.N, c.d,

@@ -7,8 +7,8 @@
 
 #include <ATen/ATen.h>
 
-#include "diffusion/data_loader.h"
-#include "diffusion/datasets.h"
+#include "data/data_loader.h"
+#include "data/datasets.h"
 #include "io/image.h"
 
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
 """ADM Gaussian diffusion against independent float64 numpy computations written here from the
-formulas of ../shared/REFERENCE.md §2 (gaussian_diffusion.py, respace.py, diffusion_utils.py)."""
+formulas of docs/reference.md §2 (gaussian_diffusion.py, respace.py, diffusion_utils.py)."""
 import numpy as np
 import pytest
 

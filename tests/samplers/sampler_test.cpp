@@ -171,7 +171,7 @@ TEST(FlowSamplers, AnalyticGaussianOdeAndSde) {
       auto em = samplers::sample_sde(model, tr, noise(15), so, gen);
       EXPECT_EQ(em.nfe, 249 + 1);  // one evaluation per step (SiT spends two) + the Mean last step
       check(("SDE Euler-Maruyama 250 " + tag).c_str(), em, 0.02 + extra);
-      so.method = "Heun";
+      so.method = samplers::SdeMethod::Heun;
       so.num_points = 100;
       auto sh = samplers::sample_sde(model, tr, noise(16), so, gen);
       EXPECT_EQ(sh.nfe, 2 * 99 + 1);
@@ -182,7 +182,7 @@ TEST(FlowSamplers, AnalyticGaussianOdeAndSde) {
 
 TEST(FlowSamplers, Dopri5MatchesAKnownSolutionWithinTolerance) {
   // dx/dt = −t x: x(t) = x0 exp(−t²/2)
-  samplers::DriftFn f = [](const at::Tensor& x, const at::Tensor& t) { return -t.view({-1, 1, 1, 1}) * x; };
+  samplers::ModelFn f = [](const at::Tensor& x, const at::Tensor& t) { return -t.view({-1, 1, 1, 1}) * x; };
   at::Tensor x0 = at::randn({16, 1, 2, 2});
   for (double rtol : {1e-3, 1e-6}) {
     samplers::Dopri5Stats st;
@@ -241,7 +241,7 @@ TEST(Transport, PathIdentitiesAgainstFloat64Formulas) {
   EXPECT_EQ(diffusion::Transport(vp).train_eps(), 1e-5);
   EXPECT_EQ(diffusion::Transport(vp).sample_eps(), 1e-3);
   // SDE interval with a last step: [0, 0.96] for Linear velocity
-  auto iv = diffusion::Transport().interval(true, true, "sigma", 0.04);
+  auto iv = diffusion::Transport().interval(true, true, diffusion::DiffusionForm::Sigma, 0.04);
   EXPECT_DOUBLE_EQ(iv.first, 0.0);
   EXPECT_DOUBLE_EQ(iv.second, 0.96);
 }
@@ -250,7 +250,7 @@ TEST(FlowSamplers, HutchinsonLikelihoodOfAnAnalyticGaussian) {
   // data ~ N(μ, s²) per element: the exact log density is known; the Hutchinson estimate is
   // unbiased, so its mean over many points must match the exact mean log density.
   diffusion::Transport tr;
-  samplers::DriftFn f = [&tr](const at::Tensor& x, const at::Tensor& t) { return optimal_flow(tr, diffusion::Prediction::Velocity, x, t); };
+  samplers::ModelFn f = [&tr](const at::Tensor& x, const at::Tensor& t) { return optimal_flow(tr, diffusion::Prediction::Velocity, x, t); };
   auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
   at::Tensor x = kMu + kS * at::randn({2048, 1, 2, 2}, gen);
   auto r = samplers::ode_likelihood(f, x, 0.0, 1.0, 101, gen);

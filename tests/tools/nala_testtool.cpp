@@ -8,10 +8,13 @@
 
 #include <ATen/ATen.h>
 
-#include "diffusion/datasets.h"
+#include "data/datasets.h"
 #include "diffusion/gaussian_diffusion.h"
-#include "diffusion/vae.h"
+#include "models/vae.h"
 #include "metrics/inception.h"
+#include "metrics/frechet_distance.h"
+#include "metrics/inception_score.h"
+#include "metrics/precision_recall.h"
 #include "metrics/statistics.h"
 #include "io/image.h"
 #include "io/npz.h"
@@ -75,7 +78,7 @@ int main(int argc, char** argv) {
       io::save_npz(a[2], {{"loss", L.loss}, {"mse", L.mse}, {"vb", L.vb}, {"xt", seen_x}, {"t_model", seen_t}});
     } else if (cmd == "vae" && a.size() == 3) {
       // vae WEIGHTS IN.npz OUT.npz: encodes arr "images" (mean, unscaled moments too), decodes "latents", tiled too
-      auto vae = diffusion::load_vae(a[0]);
+      auto vae = models::load_vae(a[0]);
       std::map<std::string, at::Tensor> in;
       for (auto& [k, v] : io::load_npz(a[1])) in[k] = v;
       io::NamedTensors out;

@@ -1,0 +1,187 @@
+#include "models/dit.h"
+#include "models/guidance.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/init.h>
+
+#include "attention/linear.h"
+
+namespace nala::models {
+
+at::Tensor timestep_embedding(const at::Tensor& t, int64_t dim, double max_period) {
+  const int64_t half = dim / 2;
+  auto opt = t.options().dtype(at::kFloat);
+  at::Tensor freqs = at::exp(-std::log(max_period) * at::arange(0, half, opt) / double(half));  // (half,)
+  at::Tensor args = t.to(at::kFloat).unsqueeze(1) * freqs.unsqueeze(0);                        // (N, half)
+  at::Tensor emb = at::cat({at::cos(args), at::sin(args)}, -1);                                 // (N, 2·half) cos first
+  if (dim % 2) emb = at::cat({emb, at::zeros_like(emb.narrow(1, 0, 1))}, -1);
+  return emb;
+}
+
+at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid_h, int64_t grid_w) {
+  TORCH_CHECK(dim % 4 == 0, "sin-cos position embedding needs a dimension divisible by 4, got ", dim);
+  const int64_t q = dim / 4;
+  auto o = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor omega = 1.0 / at::pow(10000.0, at::arange(q, o) / double(q));       // (D/4,)
+  at::Tensor rows = at::arange(grid_h, o).repeat_interleave(grid_w);             // (T,) row i of token n
+  at::Tensor cols = at::arange(grid_w, o).repeat({grid_h});                      // (T,) column j
+  at::Tensor oc = cols.unsqueeze(1) * omega, orow = rows.unsqueeze(1) * omega;   // (T, D/4)
+  // the column comes first (np.meshgrid(grid_w, grid_h) puts w in grid[0]); sin before cos
+  return at::cat({at::sin(oc), at::cos(oc), at::sin(orow), at::cos(orow)}, 1).to(at::kFloat);  // (T, D)
+}
+
+TimestepEmbedder::TimestepEmbedder(int64_t hidden, int64_t freq_dim_) : freq_dim(freq_dim_) {
+  mlp = register_module("mlp", torch::nn::Sequential(torch::nn::Linear(freq_dim, hidden), torch::nn::SiLU(),
+                                                     torch::nn::Linear(hidden, hidden)));
+}
+
+at::Tensor TimestepEmbedder::forward(const at::Tensor& t) {
+  at::Tensor f = timestep_embedding(t, freq_dim);                                 // (N, 256)
+  return mlp->forward(f.to(mlp->parameters()[0].scalar_type()));                  // (N, D)
+}
+
+LabelEmbedder::LabelEmbedder(int64_t num_classes_, int64_t hidden, double dropout_) : num_classes(num_classes_), dropout(dropout_) {
+  embedding_table = register_module("embedding_table", torch::nn::Embedding(num_classes + (dropout > 0 ? 1 : 0), hidden));
+}
+
+at::Tensor LabelEmbedder::forward(const at::Tensor& y, bool train, const at::Tensor& force_drop) {
+  at::Tensor labels = y;
+  if ((train && dropout > 0) || force_drop.defined()) {
+    at::Tensor drop = force_drop.defined() ? (force_drop == 1) : (at::rand({y.size(0)}, y.options().dtype(at::kFloat)) < dropout);
+    labels = at::where(drop, at::full_like(y, num_classes), y);
+  }
+  return embedding_table->forward(labels);  // (N, D)
+}
+
+Mlp::Mlp(int64_t dim, int64_t hidden) {
+  fc1 = register_module("fc1", torch::nn::Linear(dim, hidden));
+  fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
+}
+
+at::Tensor Mlp::forward(const at::Tensor& x) { return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh")); }
+
+namespace {
+// x·(1 + scale) + shift, broadcast over tokens (DiT models.py:19-20)
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+torch::nn::LayerNorm plain_layer_norm(int64_t d) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).elementwise_affine(false).eps(1e-6));
+}
+}  // namespace
+
+DiTBlock::DiTBlock(const ModelConfig& c) {
+  const int64_t D = c.hidden;
+  norm1 = register_module("norm1", plain_layer_norm(D));
+  attn = register_module("attn", attention::make_token_mixer(c.attention, D, c.heads, c.nala));
+  norm2 = register_module("norm2", plain_layer_norm(D));
+  mlp = register_module("mlp", std::make_shared<Mlp>(D, int64_t(D * c.mlp_ratio)));
+  adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(D, 6 * D)));
+}
+
+at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
+  auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+  at::Tensor h = x + m[2].unsqueeze(1) * attn->forward(modulate(norm1->forward(x), m[0], m[1]), grid_h, grid_w);  // (N, T, D)
+  return h + m[5].unsqueeze(1) * mlp->forward(modulate(norm2->forward(h), m[3], m[4]));                         // (N, T, D)
+}
+
+FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
+  norm_final = register_module("norm_final", plain_layer_norm(hidden));
+  linear = register_module("linear", torch::nn::Linear(hidden, patch * patch * out_channels));
+  adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(hidden, 2 * hidden)));
+}
+
+at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
+  auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
+  return attention::linear(linear, modulate(norm_final->forward(x), m[0], m[1]));  // (N, T, p·p·outC)
+}
+
+PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) {
+  proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, hidden, patch).stride(patch).bias(true)));
+}
+
+at::Tensor PatchEmbed::forward(const at::Tensor& x) { return proj->forward(x).flatten(2).transpose(1, 2); }  // (N, T, D)
+
+DiT::DiT(const ModelConfig& config) : config_(config) {
+  validate(config_);
+  const auto& c = config_;
+  pos_embed = register_parameter("pos_embed", at::zeros({1, c.tokens(), c.hidden}), /*requires_grad=*/false);
+  x_embedder = register_module("x_embedder", std::make_shared<PatchEmbed>(c.in_channels, c.hidden, c.patch));
+  t_embedder = register_module("t_embedder", std::make_shared<TimestepEmbedder>(c.hidden));
+  y_embedder = register_module("y_embedder", std::make_shared<LabelEmbedder>(c.num_classes, c.hidden, c.class_dropout));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.depth; ++i) blocks->push_back(std::make_shared<DiTBlock>(c));
+  final_layer = register_module("final_layer", std::make_shared<FinalLayer>(c.hidden, c.patch, c.out_channels()));
+  initialize_weights();
+}
+
+void DiT::initialize_weights() {
+  torch::NoGradGuard ng;
+  for (auto& m : modules(/*include_self=*/false))
+    if (auto* lin = m->as<torch::nn::Linear>()) {
+      torch::nn::init::xavier_uniform_(lin->weight);
+      if (lin->bias.defined()) lin->bias.zero_();
+    }
+  pos_embed.copy_(sincos_pos_embed_2d(config_.hidden, config_.grid(), config_.grid()).unsqueeze(0));
+  // patch embedding: xavier on the weight viewed as (D, C·p·p) (DiT commit c9f545c)
+  at::Tensor w = x_embedder->proj->weight;
+  w.copy_(torch::nn::init::xavier_uniform_(w.detach().view({w.size(0), -1}).clone()).view_as(w));
+  x_embedder->proj->bias.zero_();
+  torch::nn::init::normal_(y_embedder->embedding_table->weight, 0.0, 0.02);
+  for (int i : {0, 2}) torch::nn::init::normal_(t_embedder->mlp[i]->as<torch::nn::Linear>()->weight, 0.0, 0.02);
+  for (auto& b : *blocks) {
+    auto* lin = b->as<DiTBlock>()->adaLN_modulation[1]->as<torch::nn::Linear>();
+    lin->weight.zero_();
+    lin->bias.zero_();
+  }
+  auto* fl = final_layer->adaLN_modulation[1]->as<torch::nn::Linear>();
+  fl->weight.zero_();
+  fl->bias.zero_();
+  final_layer->linear->weight.zero_();
+  final_layer->linear->bias.zero_();
+}
+
+at::Tensor DiT::unpatchify(const at::Tensor& x, int64_t gh, int64_t gw) const {
+  const int64_t p = config_.patch, c = config_.out_channels(), n = x.size(0);
+  // each token's vector is ordered [py][px][channel] (DiT models.py:218-231)
+  return x.reshape({n, gh, gw, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({n, c, gh * p, gw * p});  // (N, C, H, W)
+}
+
+at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& y, const at::Tensor& force_drop) {
+  const auto& c = config_;
+  TORCH_CHECK(x.dim() == 4 && x.size(1) == c.in_channels, c.name, ": x must be (N, ", c.in_channels, ", H, W), got ", x.sizes());
+  TORCH_CHECK(x.size(2) == c.input_size && x.size(3) == c.input_size, c.name, ": input is ", x.size(2), "x", x.size(3),
+              " but the model was built for ", c.input_size, "x", c.input_size, " (pos_embed has ", c.tokens(), " tokens)");
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == x.size(0) && y.dim() == 1 && y.size(0) == x.size(0), c.name,
+              ": t and y must be (N,) with N = ", x.size(0), ", got t ", t.sizes(), ", y ", y.sizes());
+  const int64_t gh = c.grid(), gw = c.grid();
+  at::Tensor h = x_embedder->forward(x) + pos_embed;                                   // (N, T, D)
+  at::Tensor cond = t_embedder->forward(t) + y_embedder->forward(y, is_training(), force_drop);  // (N, D)
+  for (auto& b : *blocks) h = b->as<DiTBlock>()->forward(h, cond, gh, gw);           // (N, T, D)
+  at::Tensor out = unpatchify(final_layer->forward(h, cond), gh, gw);                // (N, outC, H, W)
+  if (c.family == "SiT" && c.learn_sigma) out = out.narrow(1, 0, c.in_channels);     // SiT models.py:245-246
+  return out;
+}
+
+at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const at::Tensor& y, double cfg_scale, int64_t guide_channels) {
+  TORCH_CHECK(x.size(0) % 2 == 0, "forward_with_cfg needs an even batch (conditional half, unconditional half), got ", x.size(0));
+  const int64_t half = x.size(0) / 2;
+  at::Tensor hx = x.narrow(0, 0, half);
+  at::Tensor out = forward(at::cat({hx, hx}), t, y);                                  // (N, C', H, W)
+  const int64_t g = guide_channels < 0 ? config_.in_channels : guide_channels;  // all: the in_channels of eps / velocity
+  at::Tensor guided = guided_output(out, cfg_scale, g);                               // (N/2, C', H, W)
+  // the official layout: both halves carry the guided channels, each keeps its own other channels
+  at::Tensor second = g == out.size(1) ? guided : at::cat({guided.narrow(1, 0, g), out.narrow(0, half, half).narrow(1, g, out.size(1) - g)}, 1);
+  return at::cat({guided, second});                                                   // (N, C', H, W)
+}
+
+int64_t DiT::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace nala::models

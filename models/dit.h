@@ -1,0 +1,111 @@
+// The DiT / SiT backbone (facebookresearch/DiT models.py; docs/reference.md §1) with a choice of
+// attention (docs/nala_attention.md §6). Module attribute names are the official state_dict keys, so
+// official checkpoints load with no renaming table:
+//   pos_embed, x_embedder.proj, t_embedder.mlp.{0,2}, y_embedder.embedding_table,
+//   blocks.{i}.{attn.*, mlp.fc1, mlp.fc2, adaLN_modulation.1}, final_layer.{linear, adaLN_modulation.1}
+// Shapes: x (N, C, H, W) latents, t (N,) timesteps (DiT: integer indices 0..999 as float or int;
+// SiT: float in [0, 1]), y (N,) class labels; tokens T = (H/p)·(W/p), hidden D.
+#pragma once
+#include <memory>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "models/model_config.h"
+
+namespace nala::models {
+
+// Sinusoidal timestep features [cos, sin] (DiT models.py:41-58): t (N,) -> (N, dim).
+at::Tensor timestep_embedding(const at::Tensor& t, int64_t dim, double max_period = 10000.0);
+// Fixed 2-D sin-cos position embedding (DiT models.py:274-321): (grid_h·grid_w, dim), token
+// n = i·grid_w + j holds [sin(jω), cos(jω), sin(iω), cos(iω)]; computed in float64.
+at::Tensor sincos_pos_embed_2d(int64_t dim, int64_t grid_h, int64_t grid_w);
+
+class TimestepEmbedder : public torch::nn::Module {
+ public:
+  explicit TimestepEmbedder(int64_t hidden, int64_t freq_dim = 256);
+  at::Tensor forward(const at::Tensor& t);  // (N,) -> (N, D)
+  torch::nn::Sequential mlp{nullptr};
+  int64_t freq_dim;
+};
+
+class LabelEmbedder : public torch::nn::Module {
+ public:
+  LabelEmbedder(int64_t num_classes, int64_t hidden, double dropout);
+  // Labels are replaced by the null class num_classes with probability `dropout` in training
+  // mode (or where force_drop is true).
+  at::Tensor forward(const at::Tensor& y, bool train, const at::Tensor& force_drop = {});
+  torch::nn::Embedding embedding_table{nullptr};
+  int64_t num_classes;
+  double dropout;
+};
+
+class Mlp : public torch::nn::Module {
+ public:
+  Mlp(int64_t dim, int64_t hidden);
+  at::Tensor forward(const at::Tensor& x);  // fc1 -> GELU(tanh) -> fc2
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+class DiTBlock : public torch::nn::Module {
+ public:
+  DiTBlock(const ModelConfig& c);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w);  // (N, T, D), (N, D)
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  std::shared_ptr<attention::TokenMixer> attn;
+  std::shared_ptr<Mlp> mlp;
+  torch::nn::Sequential adaLN_modulation{nullptr};
+};
+
+class FinalLayer : public torch::nn::Module {
+ public:
+  FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& c);
+  torch::nn::LayerNorm norm_final{nullptr};
+  torch::nn::Linear linear{nullptr};
+  torch::nn::Sequential adaLN_modulation{nullptr};
+};
+
+class PatchEmbed : public torch::nn::Module {
+ public:
+  PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch);
+  at::Tensor forward(const at::Tensor& x);  // (N, C, H, W) -> (N, T, D), tokens row-major
+  torch::nn::Conv2d proj{nullptr};
+};
+
+class DiT : public torch::nn::Module {
+ public:
+  explicit DiT(const ModelConfig& config);
+  // The raw network output: (N, out_channels, H, W) for DiT; SiT returns the first in_channels
+  // channels when learn_sigma (SiT models.py:245-246).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& y, const at::Tensor& force_drop = {});
+  // Classifier-free guidance as the official forward_with_cfg (DiT models.py:250-266): the first
+  // half of x is used for both halves; y's second half holds the null class. guide_channels = 3
+  // reproduces the official code (published FIDs), -1 guides every model channel
+  // (the first in_channels: eps for DiT, velocity for SiT), as the official comment describes.
+  at::Tensor forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const at::Tensor& y, double cfg_scale,
+                              int64_t guide_channels = 3);
+  // The official initialisation (DiT models.py:182-216): xavier-uniform linears, zero biases, sin-cos
+  // pos_embed, N(0, 0.02) embeddings, zero adaLN and final layer (the model starts at output 0).
+  void initialize_weights();
+  at::Tensor unpatchify(const at::Tensor& x, int64_t grid_h, int64_t grid_w) const;  // (N, T, p·p·C) -> (N, C, H, W)
+
+  const ModelConfig& config() const { return config_; }
+  int64_t parameter_count() const;
+
+  at::Tensor pos_embed;
+  std::shared_ptr<PatchEmbed> x_embedder;
+  std::shared_ptr<TimestepEmbedder> t_embedder;
+  std::shared_ptr<LabelEmbedder> y_embedder;
+  torch::nn::ModuleList blocks{nullptr};
+  std::shared_ptr<FinalLayer> final_layer;
+
+ private:
+  ModelConfig config_;
+};
+
+}  // namespace nala::models

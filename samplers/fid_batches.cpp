@@ -1,0 +1,72 @@
+#include "samplers/fid_batches.h"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "diffusion/seed.h"
+#include "io/atomic_file.h"
+#include "io/image.h"
+#include "io/npz.h"
+#include "report/progress.h"
+#include "samplers/generate.h"
+
+namespace nala::samplers {
+
+at::Tensor decode_to_images(models::Autoencoder& ae, const at::Tensor& x, const c10::Device& device) {
+  at::Tensor img = io::model_to_uint8(ae.decode(x.to(device)).cpu());  // (N, H, W, C)
+  return img.size(3) == 1 ? img.expand({-1, -1, -1, 3}).contiguous() : img;
+}
+
+std::pair<at::Tensor, at::Tensor> batch_noise_and_labels(uint64_t seed, int64_t b, int64_t n, int64_t channels, int64_t size, int64_t num_classes) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(diffusion::derive_seed(seed, diffusion::SeedStream::SampleBatch, uint64_t(b)));
+  at::Tensor z = at::randn({n, channels, size, size}, gen);  // (n, C, h, w)
+  at::Tensor y = at::randint(0, num_classes, {n}, gen);      // (n,)
+  return {z, y};
+}
+
+at::Generator sampler_generator(uint64_t seed, int64_t b) {
+  return at::make_generator<at::CPUGeneratorImpl>(diffusion::derive_seed(seed, diffusion::SeedStream::SamplerNoise, uint64_t(b)));
+}
+
+void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const SamplingOptions& so, const FidBatchOptions& o,
+                        const std::string& npz, const c10::Device& device) {
+  if (o.num_samples <= 0) throw std::runtime_error("--num-samples must be positive, got " + std::to_string(o.num_samples));
+  if (o.batch_size <= 0) throw std::runtime_error("--batch-size must be positive, got " + std::to_string(o.batch_size));
+  const auto& mc = model.config();
+  const int64_t n = o.num_samples, bs = o.batch_size, C = mc.in_channels, L = mc.input_size;
+  const std::string parts = npz + ".parts";
+  io::make_dirs(parts);
+  const int64_t batches = (n + bs - 1) / bs;
+  report::ProgressBar bar("sample", n, "img");
+  int64_t done = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const std::string part = parts + "/batch_" + std::to_string(b) + ".npz";
+    const int64_t m = std::min(bs, n - b * bs);
+    if (io::file_exists(part)) {  // finished before an interruption
+      done += m;
+      continue;
+    }
+    auto [z, y] = batch_noise_and_labels(o.seed, b, m, C, L, mc.num_classes);
+    at::Tensor x = generate(model, so, z.to(device), y.to(device), sampler_generator(o.seed, b)).x;  // (m, C, h, w)
+    io::save_npz(part, {{"arr_0", decode_to_images(ae, x, device)}, {"arr_1", y}});
+    done += m;
+    if (o.progress) bar.update(done, "batch " + std::to_string(b + 1) + "/" + std::to_string(batches));
+  }
+  if (o.progress) bar.finish();
+  // assemble, streaming batch by batch, then remove the parts
+  io::NpzWriter w(npz);
+  const int64_t H = L * ae.downsample();
+  w.begin("arr_0", at::kByte, {n, H, H, 3});
+  std::vector<at::Tensor> labels;
+  for (int64_t b = 0; b < batches; ++b) {
+    auto p = io::load_npz(parts + "/batch_" + std::to_string(b) + ".npz");
+    w.append(p[0].second);
+    labels.push_back(p[1].second);
+  }
+  w.add("arr_1", at::cat(labels));
+  w.close();
+  std::filesystem::remove_all(parts);
+}
+
+}  // namespace nala::samplers

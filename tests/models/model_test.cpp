@@ -1,0 +1,159 @@
+// DiT / SiT / NaLa models: parameter counts against the official models, the exact embedding
+// layouts, unpatchify, zero initialisation, label dropout and both CFG modes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "models/checkpoint.h"
+#include "models/dit.h"
+
+using namespace nala::models;
+using nala::io::state_dict;
+using nala::io::load_state_dict;
+
+TEST(ModelConfig, NamesAndErrors) {
+  auto c = model_config("NaLaSiT-B/4");
+  EXPECT_EQ(c.family, "SiT");
+  EXPECT_EQ(c.attention, "nala");
+  EXPECT_EQ(c.depth, 12);
+  EXPECT_EQ(c.hidden, 768);
+  EXPECT_EQ(c.patch, 4);
+  try {
+    model_config("DiT-XXL/2");
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown model 'DiT-XXL/2'"), std::string::npos);
+  }
+  c.input_size = 30;
+  EXPECT_THROW(validate(c), std::runtime_error);
+  auto back = config_from_json(config_to_json(model_config("NaLaDiT-S/2")));
+  EXPECT_EQ(back.name, "NaLaDiT-S/2");
+  EXPECT_EQ(back.nala.lepe_kernel, 5);
+}
+
+// Official parameter counts (docs/reference.md §1.1, computed from the shapes of models.py, pos_embed
+// included), in millions rounded to 0.01.
+TEST(DiT, ParameterCountsEqualTheOfficialModels) {
+  const std::vector<std::pair<std::string, double>> counts = {
+      {"DiT-S/2", 32.96}, {"DiT-S/4", 32.95}, {"DiT-S/8", 33.15}, {"DiT-B/2", 130.51}, {"DiT-B/4", 130.48}, {"DiT-B/8", 130.88},
+      {"DiT-L/2", 458.10}, {"DiT-L/4", 458.05}, {"DiT-L/8", 458.59}, {"DiT-XL/2", 675.13}, {"DiT-XL/4", 675.07}, {"DiT-XL/8", 675.68}};
+  for (auto& [name, millions] : counts) {
+    DiT m(model_config(name));
+    const double got = m.parameter_count() / 1e6;
+    std::printf("%-9s %.4fM (official %.2fM)\n", name.c_str(), got, millions);
+    EXPECT_NEAR(got, millions, 0.006) << name;
+    if (name == "DiT-XL/2") EXPECT_EQ(m.parameter_count() - m.pos_embed.numel(), 674834720);  // docs/reference.md §1.1
+  }
+}
+
+TEST(DiT, StateDictKeysAreTheOfficialOnes) {
+  DiT m(model_config("DiT-XL/2"));
+  auto sd = state_dict(m);
+  EXPECT_EQ(sd.size(), 292u);  // docs/reference.md §1.8
+  EXPECT_EQ(sd[0].first, "pos_embed");
+  EXPECT_EQ(sd[1].first, "x_embedder.proj.weight");
+  std::map<std::string, at::Tensor> m2(sd.begin(), sd.end());
+  EXPECT_EQ(m2.at("blocks.27.adaLN_modulation.1.weight").sizes(), (at::IntArrayRef{6912, 1152}));
+  EXPECT_EQ(m2.at("final_layer.linear.weight").sizes(), (at::IntArrayRef{32, 1152}));
+  EXPECT_EQ(m2.at("y_embedder.embedding_table.weight").sizes(), (at::IntArrayRef{1001, 1152}));
+  EXPECT_EQ(m2.at("t_embedder.mlp.2.weight").sizes(), (at::IntArrayRef{1152, 1152}));
+  DiT n(model_config("NaLaDiT-S/2"));
+  std::map<std::string, at::Tensor> n2;
+  for (auto& [k, v] : state_dict(n)) n2[k] = v;
+  EXPECT_EQ(n2.at("blocks.0.attn.qkvg.weight").sizes(), (at::IntArrayRef{1536, 384}));
+  EXPECT_EQ(n2.at("blocks.0.attn.lepe.weight").sizes(), (at::IntArrayRef{384, 1, 5, 5}));
+  EXPECT_TRUE(n2.count("blocks.11.attn.norm.weight"));
+  EXPECT_TRUE(n2.count("blocks.11.mlp.fc2.bias"));
+}
+
+TEST(DiT, TimestepEmbeddingIsCosThenSin) {
+  at::Tensor t = at::tensor({0.0f, 5.0f, 999.0f});
+  at::Tensor e = timestep_embedding(t, 256);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t k : {0, 1, 64, 127}) {
+      const double f = std::exp(-std::log(10000.0) * k / 128.0), a = t[i].item<double>() * f;
+      EXPECT_NEAR(e[i][k].item<double>(), std::cos(a), 2e-5);
+      EXPECT_NEAR(e[i][128 + k].item<double>(), std::sin(a), 2e-5);
+    }
+}
+
+TEST(DiT, PositionEmbeddingIsSinCosColumnFirst) {
+  const int64_t D = 16, G = 3;
+  at::Tensor pe = sincos_pos_embed_2d(D, G, G);  // (9, 16)
+  for (int64_t i = 0; i < G; ++i)
+    for (int64_t j = 0; j < G; ++j)
+      for (int64_t k = 0; k < D / 4; ++k) {
+        const double w = 1.0 / std::pow(10000.0, double(k) / (D / 4));
+        const int64_t n = i * G + j;
+        EXPECT_NEAR(pe[n][k].item<double>(), std::sin(j * w), 1e-6);
+        EXPECT_NEAR(pe[n][D / 4 + k].item<double>(), std::cos(j * w), 1e-6);
+        EXPECT_NEAR(pe[n][D / 2 + k].item<double>(), std::sin(i * w), 1e-6);
+        EXPECT_NEAR(pe[n][3 * D / 4 + k].item<double>(), std::cos(i * w), 1e-6);
+      }
+}
+
+TEST(DiT, UnpatchifyLayoutIsPyPxChannel) {
+  auto c = model_config("DiT-S/2");
+  c.input_size = 4;
+  c.in_channels = 3;
+  c.learn_sigma = false;
+  DiT m(c);
+  // token (gh, gw) carries p·p·C values ordered [py][px][c]
+  at::Tensor x = at::arange(1 * 4 * 12, at::kFloat).view({1, 4, 12});  // 2x2 tokens
+  at::Tensor img = m.unpatchify(x, 2, 2);                              // (1, 3, 4, 4)
+  for (int64_t gh = 0; gh < 2; ++gh)
+    for (int64_t gw = 0; gw < 2; ++gw)
+      for (int64_t py = 0; py < 2; ++py)
+        for (int64_t px = 0; px < 2; ++px)
+          for (int64_t ch = 0; ch < 3; ++ch)
+            EXPECT_EQ(img[0][ch][gh * 2 + py][gw * 2 + px].item<float>(), float((gh * 2 + gw) * 12 + (py * 2 + px) * 3 + ch));
+}
+
+TEST(DiT, ZeroInitialisedModelOutputsExactlyZero) {
+  for (const char* name : {"DiT-S/4", "NaLaSiT-S/4"}) {
+    auto c = model_config(name);
+    c.input_size = 8;
+    DiT m(c);
+    torch::NoGradGuard ng;
+    at::Tensor out = m.forward(at::randn({3, 4, 8, 8}), at::tensor({1.0f, 500.0f, 999.0f}), at::tensor({0L, 5L, 999L}));
+    EXPECT_EQ(out.abs().max().item<float>(), 0.0f) << name;
+    EXPECT_EQ(out.size(1), c.family == "SiT" ? 4 : 8) << name;
+  }
+}
+
+TEST(DiT, LabelDropoutOnlyInTraining) {
+  auto c = model_config("DiT-S/4");
+  c.input_size = 8;
+  c.num_classes = 10;
+  DiT m(c);
+  at::Tensor y = at::zeros({4000}, at::kLong);
+  m.eval();
+  EXPECT_TRUE(at::equal(m.y_embedder->forward(y, m.is_training()), m.y_embedder->embedding_table->weight[0].expand({4000, c.hidden})));
+  m.train();
+  at::Tensor e = m.y_embedder->forward(y, m.is_training());
+  const double dropped = (e.select(1, 0) == m.y_embedder->embedding_table->weight[10][0]).to(at::kFloat).mean().item<double>();
+  EXPECT_NEAR(dropped, 0.1, 0.02);  // probability 0.1, null class = num_classes
+}
+
+TEST(DiT, GuidanceModes) {
+  auto c = model_config("DiT-S/4");
+  c.input_size = 8;
+  DiT m(c);
+  m.eval();  // a module starts in training mode, where labels are dropped at random (class dropout)
+  torch::NoGradGuard ng;
+  for (auto& p : m.parameters()) p.add_(at::randn_like(p) * 0.02);
+  at::Tensor x = at::randn({4, 4, 8, 8}), t = at::full({4}, 300.0f), y = at::tensor({1L, 2L, 1000L, 1000L});
+  at::Tensor full = m.forward(at::cat({x.narrow(0, 0, 2), x.narrow(0, 0, 2)}), t, y);
+  for (int64_t g : {3L, -1L}) {
+    at::Tensor out = m.forward_with_cfg(x, t, y, 1.5, g);
+    const int64_t gc = g < 0 ? 4 : 3;
+    at::Tensor want = full.narrow(0, 2, 2).narrow(1, 0, gc) + 1.5 * (full.narrow(0, 0, 2).narrow(1, 0, gc) - full.narrow(0, 2, 2).narrow(1, 0, gc));
+    EXPECT_TRUE(at::allclose(out.narrow(0, 0, 2).narrow(1, 0, gc), want, 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(out.narrow(0, 2, 2).narrow(1, 0, gc), want, 1e-5, 1e-6));
+    // unguided channels keep each half's own values
+    EXPECT_TRUE(at::equal(out.narrow(1, gc, 8 - gc), full.narrow(1, gc, 8 - gc)));
+  }
+}

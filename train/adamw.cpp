@@ -1,0 +1,87 @@
+#include "train/adamw.h"
+
+#include <map>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+namespace nala::train {
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions o) : params_(std::move(params)), o_(o) {
+  if (o.lr <= 0 || o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1 || o.eps <= 0 || o.weight_decay < 0)
+    throw std::runtime_error("invalid AdamW options: lr " + std::to_string(o.lr) + ", betas (" + std::to_string(o.beta1) + ", " +
+                             std::to_string(o.beta2) + "), eps " + std::to_string(o.eps) + ", weight decay " + std::to_string(o.weight_decay));
+  for (const auto& p : params_) {
+    exp_avg_.push_back(at::zeros_like(p, at::MemoryFormat::Contiguous));
+    exp_avg_sq_.push_back(at::zeros_like(p, at::MemoryFormat::Contiguous));
+    step_t_.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& p : params_)
+    if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+}
+
+void AdamW::step(const at::Tensor& found_inf) {
+  torch::NoGradGuard ng;
+  std::vector<at::Tensor> ps, gs, ms, vs, ss;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    ps.push_back(params_[i]);
+    gs.push_back(params_[i].grad());
+    ms.push_back(exp_avg_[i]);
+    vs.push_back(exp_avg_sq_[i]);
+    ss.push_back(step_t_[i]);
+  }
+  ++steps_;
+  if (ps.empty()) return;
+  // As torch.optim's fused path: the caller counts the step, the kernel reads it (and does nothing
+  // where found_inf is set), and a skipped step is uncounted again.
+  at::_foreach_add_(ss, at::Scalar(1.0));
+  at::_fused_adamw_(ps, gs, ms, vs, {}, ss, o_.lr, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, /*amsgrad=*/false,
+                    /*maximize=*/false, std::nullopt, found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
+  if (found_inf.defined()) at::_foreach_add_(ss, found_inf.reshape({}), -1);
+}
+
+io::NamedTensors AdamW::state() const {
+  io::NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back("exp_avg." + std::to_string(i), exp_avg_[i]);
+    out.emplace_back("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
+    out.emplace_back("step." + std::to_string(i), step_t_[i]);
+  }
+  out.emplace_back("steps_taken", at::tensor({steps_}, at::kLong));
+  return out;
+}
+
+void AdamW::load_state(const io::NamedTensors& state, const std::string& source) {
+  std::map<std::string, at::Tensor> m(state.begin(), state.end());
+  auto take = [&](const std::string& k, at::Tensor& dst) {
+    auto it = m.find(k);
+    if (it == m.end()) throw std::runtime_error(source + ": optimizer state lacks '" + k + "'");
+    if (it->second.sizes() != dst.sizes())
+      throw std::runtime_error(source + ": optimizer state '" + k + "' has shape " + c10::str(it->second.sizes()) + ", expected " + c10::str(dst.sizes()));
+    torch::NoGradGuard ng;
+    dst.copy_(it->second);
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    take("exp_avg." + std::to_string(i), exp_avg_[i]);
+    take("exp_avg_sq." + std::to_string(i), exp_avg_sq_[i]);
+    take("step." + std::to_string(i), step_t_[i]);
+  }
+  auto it = m.find("steps_taken");
+  if (it == m.end()) throw std::runtime_error(source + ": optimizer state lacks 'steps_taken'");
+  steps_ = it->second.item<int64_t>();
+}
+
+void update_ema(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, double decay) {
+  torch::NoGradGuard ng;
+  std::vector<at::Tensor> src;
+  src.reserve(params.size());
+  for (const auto& p : params) src.push_back(p.detach());
+  at::_foreach_lerp_(ema, src, at::Scalar(1.0 - decay));  // ema + (1 − decay)(p − ema)
+}
+
+}  // namespace nala::train

@@ -1,0 +1,45 @@
+// AdamW (Loshchilov & Hutter 2019) with PyTorch's semantics and defaults (torch.optim.AdamW;
+// DiT uses lr 1e-4, weight decay 0, betas (0.9, 0.999), eps 1e-8):
+//   p ← p − lr·wd·p;  m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
+//   p ← p − lr · (m / (1−β1^k)) / (√(v / (1−β2^k)) + eps)
+// The state is explicit (m, v, step per parameter) so checkpoints hold it exactly; the update is
+// ATen's fused multi-tensor AdamW kernel (at::_fused_adamw_) on every device that has one.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "io/safetensors.h"
+
+namespace nala::train {
+
+struct AdamWOptions {
+  double lr = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<at::Tensor> params, AdamWOptions o);
+  // One update from the parameters' .grad(); parameters without a gradient are skipped. Where
+  // found_inf (a (1,) float tensor on the parameters' device) is non-zero the kernel changes nothing.
+  void step(const at::Tensor& found_inf = {});
+  void zero_grad();
+  int64_t steps_taken() const { return steps_; }
+  AdamWOptions& options() { return o_; }
+
+  // State as named tensors ("exp_avg.<i>", "exp_avg_sq.<i>", "step") for checkpoints, and back.
+  io::NamedTensors state() const;
+  void load_state(const io::NamedTensors& state, const std::string& source);
+
+ private:
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, step_t_;
+  AdamWOptions o_;
+  int64_t steps_ = 0;
+};
+
+// EMA of parameters: ema ← decay·ema + (1 − decay)·param, every tensor (DiT train.py:39-49,
+// pos_embed included).
+void update_ema(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, double decay);
+
+}  // namespace nala::train

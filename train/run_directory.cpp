@@ -1,0 +1,110 @@
+#include "train/run_directory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "io/atomic_file.h"
+#include "io/weights.h"
+#include "models/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace nala::train {
+namespace {
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  io::write_file_atomic(path, [&](std::ostream& o) { o << j.dump(2) << "\n"; });
+}
+
+}  // namespace
+
+std::string step_name(int64_t step) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%07ld", step);
+  return buf;
+}
+
+std::vector<CheckpointRef> list_checkpoints(const std::string& out_dir) {
+  std::vector<CheckpointRef> v;
+  const fs::path d = fs::path(out_dir) / "checkpoints";
+  if (!fs::is_directory(d)) return v;
+  for (const auto& e : fs::directory_iterator(d)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() != 7 || n.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!fs::exists(e.path() / "state.json")) continue;  // incomplete (state.json is written last)
+    v.push_back({std::stoll(n), e.path().string()});
+  }
+  std::sort(v.begin(), v.end(), [](const CheckpointRef& a, const CheckpointRef& b) { return a.step > b.step; });
+  return v;
+}
+
+std::string latest_checkpoint(const std::string& out_dir) {
+  auto v = list_checkpoints(out_dir);
+  return v.empty() ? "" : v.front().dir;
+}
+
+void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer) {
+  const std::string cfg_path = out_dir + "/config.json";
+  if (io::file_exists(cfg_path)) {
+    const TrainConfig saved = train_config_from_json(io::read_file(cfg_path), cfg_path);
+    const auto diff = resume_conflicts(saved, cfg);
+    if (!diff.empty()) {
+      std::string list;
+      for (const auto& d : diff) list += "\n  " + d;
+      throw std::runtime_error(out_dir + " holds a run with a different configuration (" + cfg_path + "):" + list +
+                               "\nresume with the same flags, or use a new --out");
+    }
+  }
+  if (!writer) return;
+  io::make_dirs(out_dir + "/checkpoints");
+  io::make_dirs(out_dir + "/samples");
+  io::write_file_atomic(cfg_path, [&](std::ostream& o) { o << train_config_to_json(cfg) << "\n"; });
+}
+
+void save_checkpoint(const std::string& out_dir, const RunState& st, const models::DiT& model, const models::DiT& ema, const AdamW& opt,
+                     int64_t keep_last) {
+  const std::string final_dir = out_dir + "/checkpoints/" + step_name(st.step);
+  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  io::make_dirs(tmp);
+  models::save_model(model, tmp + "/model.safetensors");
+  models::save_model(ema, tmp + "/ema.safetensors");
+  io::save_safetensors(tmp + "/optimizer.safetensors", opt.state());
+  write_json(tmp + "/state.json", {{"step", st.step}, {"epoch", st.epoch}, {"batch_index", st.batch_index}, {"nonfinite", st.nonfinite},
+                                   {"images_seen", st.images_seen}, {"model", model.config().name}});
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw std::runtime_error("cannot move checkpoint " + tmp + " to " + final_dir + ": " + ec.message());
+  auto all = list_checkpoints(out_dir);
+  for (size_t i = size_t(keep_last); i < all.size(); ++i) fs::remove_all(all[i].dir, ec);
+}
+
+RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, models::DiT& ema, AdamW& opt, bool verbose) {
+  RunState st;
+  for (const auto& [step, dir] : list_checkpoints(out_dir)) {
+    try {
+      auto state = nlohmann::json::parse(io::read_file(dir + "/state.json"));
+      io::load_state_dict(model, io::load_safetensors(dir + "/model.safetensors"), dir + "/model.safetensors");
+      io::load_state_dict(ema, io::load_safetensors(dir + "/ema.safetensors"), dir + "/ema.safetensors");
+      opt.load_state(io::load_safetensors(dir + "/optimizer.safetensors"), dir + "/optimizer.safetensors");
+      st.step = state.at("step");
+      st.epoch = state.at("epoch");
+      st.batch_index = state.at("batch_index");
+      st.nonfinite = state.at("nonfinite");
+      st.images_seen = state.at("images_seen");
+      if (verbose) std::cerr << "resuming from " << dir << " (step " << st.step << ")\n";
+      return st;
+    } catch (const std::exception& e) {
+      if (verbose) std::cerr << "warning: checkpoint " << dir << " is unreadable (" << e.what() << "); trying the previous one\n";
+    }
+  }
+  return st;
+}
+
+}  // namespace nala::train

@@ -1,0 +1,46 @@
+// A training run's directory (docs/guide.md describes it for users):
+//   config.json          the resolved TrainConfig (re-running the same command resumes)
+//   model.json           the resolved ModelConfig
+//   metrics.jsonl, loss.png   see metrics_log.h
+//   checkpoints/NNNNNNN/ model.safetensors, ema.safetensors, optimizer.safetensors, state.json
+//                        (written to a temporary directory, then renamed; state.json last; the last K kept)
+//   samples/NNNNNNN.png  EMA sample grids
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/dit.h"
+#include "train/adamw.h"
+#include "train/train_config.h"
+
+namespace nala::train {
+
+// Where a run stands: saved with every checkpoint, restored on resume.
+struct RunState {
+  int64_t step = 0, epoch = 0, batch_index = 0, nonfinite = 0, images_seen = 0;
+};
+
+std::string step_name(int64_t step);  // "0001234"
+
+struct CheckpointRef {
+  int64_t step;
+  std::string dir;
+};
+// Complete checkpoints (state.json present), newest first.
+std::vector<CheckpointRef> list_checkpoints(const std::string& out_dir);
+// The latest complete checkpoint directory of a run ("" if none).
+std::string latest_checkpoint(const std::string& out_dir);
+
+// A new run writes config.json (writer = rank 0); a resumed one must agree with it in every field
+// that may not change on resume, else an error lists the differences.
+void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer);
+
+// Writes checkpoints/<step> atomically (temporary directory, then rename) and keeps the last keep_last.
+void save_checkpoint(const std::string& out_dir, const RunState& st, const models::DiT& model, const models::DiT& ema, const AdamW& opt,
+                     int64_t keep_last);
+// Loads the newest readable checkpoint into model, ema and opt; an unreadable one is reported (on
+// stderr when `verbose`) and the previous one tried. Returns the state (step 0 when none).
+RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, models::DiT& ema, AdamW& opt, bool verbose);
+
+}  // namespace nala::train

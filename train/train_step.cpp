@@ -1,0 +1,98 @@
+#include "train/train_step.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+namespace nala::train {
+namespace {
+
+// bf16 autocast on CUDA for the scope of one training step (as PyTorch's torch.autocast).
+struct AutocastScope {
+  bool on;
+  explicit AutocastScope(bool enable) : on(enable) {
+    if (!on) return;
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!on) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+  }
+};
+
+std::vector<at::Tensor> trainable_parameters(models::DiT& m) {
+  std::vector<at::Tensor> v;
+  for (auto& p : m.parameters())
+    if (p.requires_grad()) v.push_back(p);
+  return v;
+}
+
+AdamWOptions adamw_options(const TrainConfig& cfg) {
+  AdamWOptions o;
+  o.lr = cfg.lr;
+  o.weight_decay = cfg.weight_decay;
+  return o;
+}
+
+diffusion::TransportConfig transport_config(const TrainConfig& cfg) {
+  diffusion::TransportConfig t;
+  t.path = diffusion::parse_path_type(cfg.path);
+  t.prediction = diffusion::parse_prediction(cfg.prediction);
+  t.loss_weight = diffusion::parse_loss_weight(cfg.loss_weight);
+  return t;
+}
+
+}  // namespace
+
+TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& ema, ProcessGroup* pg, bool bf16)
+    : cfg_(cfg), model_(model), ema_(ema), pg_(pg), bf16_(bf16), rank_(pg ? pg->rank() : 0), world_(pg ? pg->world_size() : 1),
+      trainable_(trainable_parameters(model)), opt_(trainable_, adamw_options(cfg)),
+      diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
+      transport_(transport_config(cfg)) {}
+
+StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y, bool want_grad_norm) {
+  // This step's randomness is drawn for the whole global batch and each rank takes its rows (rank,
+  // rank + world, ...), the rows of its data shard: N processes compute what one process computes.
+  const int64_t G = cfg_.global_batch;
+  auto opts = x.options();
+  at::Tensor rows = at::arange(rank_, G, world_, opts.dtype(at::kLong));                 // (B,)
+  auto mine = [&](const at::Tensor& all) { return world_ == 1 ? all : all.index_select(0, rows); };
+  at::Tensor drop = mine((at::rand({G}, opts) < model_.config().class_dropout).to(at::kLong));  // label dropout, (B,)
+  at::Tensor loss;
+  {
+    AutocastScope ac(bf16_);
+    auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model_.forward(xt, tt, y, drop); };
+    if (cfg_.objective == "ddpm") {
+      at::Tensor t = mine(at::randint(0, diffusion_.num_timesteps(), {G}, opts.dtype(at::kLong)));  // (B,)
+      at::Tensor noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));             // (B, C, h, w)
+      loss = diffusion_.training_losses(fn, x, t, noise).loss.mean();
+    } else {
+      at::Tensor tu = mine(at::rand({G}, opts));                                                   // (B,)
+      at::Tensor x0 = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));                // (B, C, h, w)
+      loss = transport_.training_loss(fn, x, tu, x0).mean();
+    }
+  }
+  loss.backward();
+  if (pg_) pg_->allreduce_mean_grads(trainable_);
+  at::Tensor found_inf = at::logical_not(at::isfinite(loss.detach())).to(at::kFloat).reshape({1});  // (1,)
+  if (pg_) found_inf = pg_->allreduce_max(found_inf);  // every rank skips together
+  std::vector<at::Tensor> gs;
+  for (auto& p : trainable_)
+    if (p.grad().defined()) gs.push_back(p.grad());
+  StepResult r;
+  if (cfg_.grad_clip > 0 || want_grad_norm) {
+    r.grad_norm = at::stack(at::_foreach_norm(gs)).norm();
+    if (cfg_.grad_clip > 0) at::_foreach_mul_(gs, (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0));
+  }
+  opt_.step(found_inf);  // skipped inside the fused kernel where the loss was not finite
+  opt_.zero_grad();
+  const double decay = cfg_.ema_warmup ? std::min(cfg_.ema_decay, (1.0 + double(step)) / (10.0 + double(step))) : cfg_.ema_decay;
+  update_ema(ema_.parameters(), model_.parameters(), decay);
+  r.loss = at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1}));
+  return r;
+}
+
+}  // namespace nala::train

@@ -1,0 +1,46 @@
+// One optimisation step of DiT train.py's recipe (docs/reference.md §4) on one process's share of
+// the global batch: the objective's loss under bf16 autocast on CUDA, backward, gradient all-reduce,
+// optional clipping, AdamW (skipped inside the fused kernel where the loss is not finite) and the
+// EMA update. Everything stays on the device; the host reads the loss back only at log steps.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "diffusion/gaussian_diffusion.h"
+#include "diffusion/transport.h"
+#include "models/dit.h"
+#include "train/adamw.h"
+#include "train/distributed.h"
+#include "train/train_config.h"
+
+namespace nala::train {
+
+struct StepResult {
+  at::Tensor loss;       // (1,) float32 on the device; NaN where the step was skipped
+  at::Tensor grad_norm;  // () on the device, when asked for (or clipping is on); else undefined
+};
+
+class TrainStep {
+ public:
+  // cfg resolved; model and ema on their device; pg null for one process.
+  TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& ema, ProcessGroup* pg, bool bf16);
+  // x (B, C, h, w) model-space batch, y (B,) labels; the caller seeded the step's global RNG.
+  StepResult run(int64_t step, const at::Tensor& x, const at::Tensor& y, bool want_grad_norm);
+  AdamW& optimizer() { return opt_; }
+
+ private:
+  const TrainConfig& cfg_;
+  models::DiT& model_;
+  models::DiT& ema_;
+  ProcessGroup* pg_;
+  bool bf16_;
+  int64_t rank_, world_;
+  std::vector<at::Tensor> trainable_;
+  AdamW opt_;
+  diffusion::GaussianDiffusion diffusion_;
+  diffusion::Transport transport_;
+};
+
+}  // namespace nala::train
