@@ -17,6 +17,7 @@
 #include "models/vae.h"
 #include "diffusion/seed.h"
 #include "io/atomic_file.h"
+#include "io/output_lock.h"
 #include "io/image.h"
 #include "report/progress.h"
 #include "io/safetensors.h"
@@ -45,11 +46,11 @@ int run_extract_latents(int argc, char** argv) {
   const int64_t size = a["image-size"].as<int64_t>(), shard = a["shard-size"].as<int64_t>(), bs = a["batch-size"].as<int64_t>();
   if (size % 8 != 0) throw std::runtime_error("--image-size must be a multiple of 8, got " + std::to_string(size));
   if (shard <= 0 || bs <= 0) throw std::runtime_error("--shard-size and --batch-size must be positive");
+  io::OutputLock lock(out, "latent folder " + out);  // one writer: a second extract-latents on `out` is refused
   const c10::Device dev = pick_device(a["device"].as<std::string>());
   data::ImageFolder folder(a["data"].as<std::string>(), size);
   auto vae = models::load_vae(a["vae"].as<std::string>());
   vae->to(dev, dev.is_cuda() ? at::kBFloat16 : at::kFloat);
-  io::make_dirs(out);
   io::write_file_atomic(out + "/classes.json", [&](std::ostream& os) {
     os << nlohmann::json({{"classes", folder.classes()}, {"image_size", size}, {"flip", flip}, {"latent", latent}}).dump(2) << "\n";
   });

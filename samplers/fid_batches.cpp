@@ -8,6 +8,7 @@
 #include "io/atomic_file.h"
 #include "io/image.h"
 #include "io/npz.h"
+#include "io/output_lock.h"
 #include "report/progress.h"
 #include "samplers/generate.h"
 
@@ -36,7 +37,7 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
   const auto& mc = model.config();
   const int64_t n = o.num_samples, bs = o.batch_size, C = mc.in_channels, L = mc.input_size;
   const std::string parts = npz + ".parts";
-  io::make_dirs(parts);
+  io::OutputLock lock(parts, "sample batch " + npz);  // one writer: a second `nala sample --npz` on it is refused
   const int64_t batches = (n + bs - 1) / bs;
   report::ProgressBar bar("sample", n, "img");
   int64_t done = 0;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <torch/torch.h>
@@ -12,6 +13,7 @@
 #include "diffusion/seed.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
+#include "io/output_lock.h"
 #include "io/weights.h"
 #include "report/progress.h"
 #include "samplers/generate.h"
@@ -69,6 +71,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   const bool bf16 = device.is_cuda() && (cfg.precision == "auto" || cfg.precision == "bf16");
   if (cfg.precision == "bf16" && !device.is_cuda()) throw std::runtime_error("--precision bf16 needs a CUDA device (CPU training runs in fp32)");
 
+  // one writer a run directory: a second trainer on it is refused before it writes anything (rank 0
+  // holds the lock for a data-parallel job)
+  std::optional<io::OutputLock> lock;
+  if (main_rank) lock.emplace(out_dir, "run directory " + out_dir);
   open_run_directory(out_dir, cfg, main_rank);
   const ModelSetup setup = setup_model(cfg, device);
   const models::ModelConfig& mc = setup.model;
