@@ -18,6 +18,7 @@ summary="$out/summary.txt"
 : > "$summary"
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 t_start=$(date +%s)
+failed=0   # any failing step makes the script exit non-zero (after the summary)
 
 for step in "${steps[@]}"; do
   t0=$(date +%s)
@@ -42,23 +43,35 @@ for step in "${steps[@]}"; do
       grep -E "^\[  (PASSED|FAILED) |tests? ran|Failure|rounding noise" "$logs/cuda_tests.log" | tee -a "$summary"
       grep -E "err .*limit" "$logs/cuda_tests.log" | sort -g -k9 | tail -4 | tee -a "$summary"
       note "cuda tests: rc=$rc ($(( $(date +%s) - t0 )) s)"
+      [ $rc -ne 0 ] && failed=1
       ;;
     sanitize)
       filter='NalaCuda.EveryFeatureMap'
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --print-limit 10 ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
           > "$logs/sanitize_$tool.log" 2>&1
-        note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitize_$tool.log" | tail -1)"
+        rc=$?
+        [ $rc -ne 0 ] && failed=1
+        note "compute-sanitizer $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitize_$tool.log" | tail -1)"
       done
       ;;
     bench-attention)
       ./build-device/nala bench attention --dtype bf16 --head-dim 64,72 > "$out/bench_attention.md" 2>&1
-      note "bench attention: rc=$? ($(( $(date +%s) - t0 )) s)"
+      rc=$?
+      [ $rc -ne 0 ] && failed=1
+      note "bench attention: rc=$rc ($(( $(date +%s) - t0 )) s)"
       ;;
     *)
       name=${step%%:*}; args=${step#"$name"}; args=${args//:/ }
-      [ -x "scripts/device_steps/$name.sh" ] && { bash "scripts/device_steps/$name.sh" "$out" $args; note "$step: rc=$? ($(( $(date +%s) - t0 )) s)"; continue; }
+      if [ -f "scripts/device_steps/$name.sh" ]; then
+        bash "scripts/device_steps/$name.sh" "$out" $args
+        rc=$?
+        [ $rc -ne 0 ] && failed=1
+        note "$step: rc=$rc ($(( $(date +%s) - t0 )) s)"
+        continue
+      fi
       note "unknown step '$step'"
+      failed=1
       ;;
   esac
 done
@@ -69,4 +82,5 @@ cat "$summary"
 for f in "$out"/*.md; do
   [ -f "$f" ] && { echo "--- $(basename "$f") ---"; cat "$f"; }
 done
-exit 0
+[ $failed -eq 0 ] || echo "FAILED: at least one step above failed"
+exit $failed
