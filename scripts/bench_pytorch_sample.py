@@ -2,10 +2,12 @@
 """The PyTorch baseline for `nala bench sample`: the official sampling step (forward_with_cfg on the
 doubled batch, 3-channel guidance, ADM p_sample with learned-range variance), DiT-XL/2 from
 scripts/reference_dit.py with random weights, batch 64, timed over a few steps and extrapolated to
-a 250-step run, in bf16 autocast and in fp32+TF32.
+a 250-step run, in bf16 autocast and in fp32+TF32; with --compile also bf16 with the model call
+compiled (torch.compile of forward_with_cfg, default options; compile time reported separately).
 
-usage: python3 scripts/bench_pytorch_sample.py [--model DiT-XL/2] [--batch 64] [--measure 10]
+usage: python3 scripts/bench_pytorch_sample.py [--model DiT-XL/2] [--batch 64] [--measure 10] [--compile]
 """
+import time
 import argparse
 import os
 import sys
@@ -25,6 +27,7 @@ def main():
     p.add_argument("--steps", type=int, default=250)
     p.add_argument("--measure", type=int, default=10)
     p.add_argument("--cfg-scale", type=float, default=1.5)
+    p.add_argument("--compile", action="store_true", help="also time torch.compile of the model call (bf16)")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     dev, L, n = "cuda", a.image_size // 8, a.batch
@@ -48,16 +51,18 @@ def main():
     y = torch.randint(0, 1000, (n,), device=dev)
     y2 = torch.cat([y, torch.full_like(y, 1000)])
     print(f"# PyTorch {torch.__version__} DDPM+CFG sampling step, {torch.cuda.get_device_name()}, {a.model}, batch {n}, cfg {a.cfg_scale}")
-    print(f"| model | mode | ms/step | img/s ({a.steps} steps) |\n|---|---|---|---|")
-    for mode in ("bf16", "fp32+tf32"):
+    print(f"| model | mode | ms/step | img/s ({a.steps} steps) | compile s |\n|---|---|---|---|---|")
+    compiled = torch.compile(model.forward_with_cfg) if a.compile else None
+    for mode in ("bf16", "fp32+tf32") + (("bf16 compiled",) if a.compile else ()):
+        fwd = compiled if mode == "bf16 compiled" else model.forward_with_cfg
         z = torch.randn(2 * n, 4, L, L, device=dev)
         i = [a.steps - 1]
 
         @torch.no_grad()
         def step():
             t = torch.full((2 * n,), i[0], device=dev, dtype=torch.long)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16"):
-                out = model.forward_with_cfg(z, tmap[t], y2, a.cfg_scale).float()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode != "fp32+tf32"):
+                out = fwd(z, tmap[t], y2, a.cfg_scale).float()
             e = lambda k: tab[k][t].view(-1, 1, 1, 1)
             eps, v = out.chunk(2, dim=1)
             x0 = e("recip") * z - e("recipm1") * eps
@@ -67,9 +72,12 @@ def main():
             z.copy_(mean + torch.exp(0.5 * logvar) * torch.randn_like(z))
             i[0] = i[0] - 1 if i[0] > 1 else a.steps - 1
 
-        for _ in range(2):
+        torch.cuda.synchronize()
+        t0 = time.time()
+        for _ in range(3):
             step()
         torch.cuda.synchronize()
+        compile_s = time.time() - t0
         times = []
         for _ in range(a.measure):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -79,7 +87,7 @@ def main():
             e.synchronize()
             times.append(s.elapsed_time(e))
         ms = float(np.median(times))
-        print(f"| {a.model} (PyTorch) | {mode} | {ms:.1f} | {n / (ms * a.steps / 1e3):.2f} |", flush=True)
+        print(f"| {a.model} (PyTorch) | {mode} | {ms:.1f} | {n / (ms * a.steps / 1e3):.2f} | {compile_s:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
