@@ -52,6 +52,7 @@ int bench_attention(int argc, char** argv) {
       "reps", "timed repeats", cxxopts::value<int>()->default_value("20"))("no-reference", "skip the ATen reference path")(
       "h,help", "help");
   auto a = o.parse(argc, argv);
+  int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;
@@ -101,6 +102,7 @@ int bench_attention(int argc, char** argv) {
             out.backward(go);
           }, dev, 2, reps);
         } catch (const std::exception& e) {
+          ++failed_rows;
           std::printf("| %s | %ld | %ld | %ld | failed: %.60s |\n", p.name, s.B, s.N, d, e.what());
           continue;
         }
@@ -114,7 +116,8 @@ int bench_attention(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-  return 0;
+  if (failed_rows) std::fprintf(stderr, "nala bench: %d row(s) failed\n", failed_rows);
+  return failed_rows ? 1 : 0;
 }
 
 }  // namespace nala::bench

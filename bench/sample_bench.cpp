@@ -25,6 +25,7 @@ int bench_sample(int argc, char** argv) {
       "dtypes", "comma list of bf16, fp32", cxxopts::value<std::string>()->default_value("bf16,fp32"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
   auto a = o.parse(argc, argv);
+  int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;
@@ -79,12 +80,14 @@ int bench_sample(int argc, char** argv) {
         std::printf("| %s | %s | %.1f | %.2f | %.0f | %s |\n", name.c_str(), dts.c_str(), t.median_ms, B / (t.median_ms * S / 1e3), peak_memory_mib(dev),
                     dt == at::kFloat ? "-" : c10::str(rel).c_str());
       } catch (const std::exception& e) {
+        ++failed_rows;
         std::printf("| %s | %s | failed: %.80s |\n", name.c_str(), dts.c_str(), e.what());
       }
       std::fflush(stdout);
     }
   }
-  return 0;
+  if (failed_rows) std::fprintf(stderr, "nala bench: %d row(s) failed\n", failed_rows);
+  return failed_rows ? 1 : 0;
 }
 
 }  // namespace nala::bench

@@ -25,6 +25,7 @@ int bench_train(int argc, char** argv) {
       "precision", "bf16 or fp32", cxxopts::value<std::string>()->default_value("bf16"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
   auto a = o.parse(argc, argv);
+  int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;
@@ -79,11 +80,13 @@ int bench_train(int argc, char** argv) {
       std::printf("| %s | %.2f | %.1f | %.0f | %.0f |\n", name.c_str(), model->parameter_count() / 1e6, t.median_ms, B / (t.median_ms / 1e3),
                   peak_memory_mib(dev));
     } catch (const std::exception& e) {
+      ++failed_rows;
       std::printf("| %s | failed: %.80s |\n", name.c_str(), e.what());
     }
     std::fflush(stdout);
   }
-  return 0;
+  if (failed_rows) std::fprintf(stderr, "nala bench: %d row(s) failed\n", failed_rows);
+  return failed_rows ? 1 : 0;
 }
 
 }  // namespace nala::bench

@@ -34,4 +34,12 @@ c10::ScalarType parse_dtype(const std::string& flag) {
   throw std::runtime_error("unknown --dtype '" + flag + "' (known: fp32, bf16, fp16)");
 }
 
+int64_t parse_cfg_channels(const std::string& flag, int64_t in_channels) {
+  if (flag == "auto") return in_channels == 4 ? 3 : -1;
+  if (flag == "all") return -1;
+  if (flag.empty() || flag.find_first_not_of("0123456789") != std::string::npos || std::stoll(flag) < 1 || std::stoll(flag) > in_channels)
+    throw std::runtime_error("--cfg-channels must be auto, all or a count from 1 to " + std::to_string(in_channels) + ", got '" + flag + "'");
+  return std::stoll(flag);
+}
+
 }  // namespace nala::cli

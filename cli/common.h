@@ -1,5 +1,6 @@
 // Small helpers shared by the sub-commands: device and dtype flags, help handling.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include <c10/core/Device.h>
@@ -13,5 +14,8 @@ c10::Device pick_device(const std::string& flag);
 void set_current_cuda_device(const c10::Device& device);
 // "fp32", "bf16", "fp16"; throws with the known names.
 c10::ScalarType parse_dtype(const std::string& flag);
+// --cfg-channels: "auto" (3, the official guidance, for 4-channel latents; all channels otherwise),
+// "all" (-1), or a count; throws naming the value.
+int64_t parse_cfg_channels(const std::string& flag, int64_t in_channels);
 
 }  // namespace nala::cli

@@ -21,7 +21,8 @@ int run_forward(int argc, char** argv) {
       "dtype", "fp32 or bf16", cxxopts::value<std::string>()->default_value("fp32"))(
       "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))(
       "cfg-scale", "guidance scale: read the batch as forward_with_cfg does", cxxopts::value<double>())(
-      "cfg-channels", "3 (official) or all", cxxopts::value<std::string>()->default_value("3"))(
+      "cfg-channels", "auto (3, the official guidance, for 4-channel latents; else all), all, or a count",
+      cxxopts::value<std::string>()->default_value("auto"))(
       "image-size", "latent input size override (checked against the checkpoint)", cxxopts::value<int64_t>()->default_value("-1"))(
       "h,help", "help");
   auto a = o.parse(argc, argv);
@@ -44,7 +45,7 @@ int run_forward(int argc, char** argv) {
   at::Tensor out;
   if (a.count("cfg-scale")) {
     const std::string ch = a["cfg-channels"].as<std::string>();
-    out = model->forward_with_cfg(x, t, y, a["cfg-scale"].as<double>(), ch == "all" ? -1 : std::stoll(ch));
+    out = model->forward_with_cfg(x, t, y, a["cfg-scale"].as<double>(), parse_cfg_channels(ch, model->config().in_channels));
   } else {
     out = model->forward(x, t, y);
   }

@@ -14,6 +14,7 @@
 #include "models/checkpoint.h"
 #include "models/dit.h"
 #include "models/vae.h"
+#include "diffusion/objective.h"
 #include "samplers/fid_batches.h"
 #include "samplers/generate.h"
 #include "samplers/grid_labels.h"
@@ -48,7 +49,8 @@ int run_sample(int argc, char** argv) {
       "sampler", samplers::sampler_names() + " (auto: ddpm for the DiT family, ode-heun for SiT; see below)",
       cxxopts::value<std::string>()->default_value("auto"))("steps", "sampling steps (ODE/SDE: grid points)", cxxopts::value<int64_t>()->default_value("250"))(
       "cfg-scale", "classifier-free guidance scale (1: off)", cxxopts::value<double>()->default_value("1.0"))(
-      "cfg-channels", "3 (official, reproduces published FIDs) or all", cxxopts::value<std::string>()->default_value("3"))(
+      "cfg-channels", "auto (3, the official guidance that reproduces published FIDs, for 4-channel latents; all channels otherwise), all, or a count",
+      cxxopts::value<std::string>()->default_value("auto"))(
       "classes", "comma-separated labels for the grid", cxxopts::value<std::string>()->default_value(""))(
       "seed", "seed", cxxopts::value<uint64_t>()->default_value("0"))("out", "grid PNG", cxxopts::value<std::string>()->default_value("samples.png"))(
       "num-samples", "FID mode: number of samples", cxxopts::value<int64_t>()->default_value("0"))(
@@ -57,7 +59,13 @@ int run_sample(int argc, char** argv) {
       "save-latents", "write the model-space samples (before decoding) to this .npz", cxxopts::value<std::string>())(
       "likelihood", "flow models: log-likelihood (bits/dim, Hutchinson) of the model-space arrays 'x' [and 'labels'] of this .npz",
       cxxopts::value<std::string>())("likelihood-steps", "ODE grid points for --likelihood", cxxopts::value<int64_t>()->default_value("101"))(
-      "objective", "ddpm or flow (auto from the model family)", cxxopts::value<std::string>()->default_value("auto"))(
+      "objective", "ddpm or flow (default: the checkpoint's, else from the model family)", cxxopts::value<std::string>()->default_value(""))(
+      "schedule", "DDPM beta schedule: linear, cosine (default: the checkpoint's, else linear)", cxxopts::value<std::string>()->default_value(""))(
+      "variance", "DDPM variance: learned-range, fixed-small, fixed-large (default: the checkpoint's, else from the model)",
+      cxxopts::value<std::string>()->default_value(""))(
+      "path", "flow path: Linear, GVP, VP (default: the checkpoint's, else Linear)", cxxopts::value<std::string>()->default_value(""))(
+      "prediction", "flow prediction: velocity, noise, score (default: the checkpoint's, else velocity)",
+      cxxopts::value<std::string>()->default_value(""))(
       "eta", "DDIM eta", cxxopts::value<double>()->default_value("0"))(
       "diffusion-form", "SDE samplers: w(t) of the reverse SDE: constant, SBDM, sigma, linear, decreasing, increasing-decreasing",
       cxxopts::value<std::string>()->default_value("sigma"))(
@@ -74,7 +82,10 @@ int run_sample(int argc, char** argv) {
   auto ae_probe = a["vae"].as<std::string>();
   models::ModelOverrides ov;
   const int64_t px = a["image-size"].as<int64_t>();
-  auto model = models::load_model(a["model"].as<std::string>(), a["ckpt"].as<std::string>(), ov, a["weights"].as<std::string>());
+  std::map<std::string, std::string> meta;
+  std::string weights_file;
+  auto model = models::load_model(a["model"].as<std::string>(), a["ckpt"].as<std::string>(), ov, a["weights"].as<std::string>(), &meta,
+                                  &weights_file);
   const auto& mc = model->config();
   auto ae = models::make_autoencoder(ae_probe, mc.in_channels);
   if (ae->latent_channels() != mc.in_channels)
@@ -86,14 +97,32 @@ int run_sample(int argc, char** argv) {
     throw std::runtime_error("--image-size " + std::to_string(px) + " does not match the checkpoint, which makes " +
                              std::to_string(mc.input_size * ae->downsample()) + " px images");
   model->to(dev, dtype);
-  ae->to(dev, dev.is_cuda() ? at::kBFloat16 : at::kFloat);
+  ae->to(dev, dtype);  // the VAE runs in --dtype too
   samplers::SamplingOptions so;
   so.sampler = a["sampler"].as<std::string>();
-  so.objective = a["objective"].as<std::string>();
+  // the process the model was trained with (nala checkpoints record it); a flag overrides it, said once
+  if (meta.count(diffusion::kObjectiveMetadataKey)) {
+    const auto rec = diffusion::objective_from_json(meta[diffusion::kObjectiveMetadataKey], weights_file);
+    so.objective = rec.objective;
+    so.schedule = rec.schedule;
+    so.variance = rec.variance;
+    so.path = rec.path;
+    so.prediction = rec.prediction;
+  } else {
+    so.objective = "auto";  // official checkpoints: DDPM for the DiT family, flow for SiT, the defaults below
+  }
+  const bool recorded = meta.count(diffusion::kObjectiveMetadataKey) > 0;
+  for (auto [flag, field] : {std::pair<const char*, std::string*>{"objective", &so.objective}, {"schedule", &so.schedule},
+                             {"variance", &so.variance}, {"path", &so.path}, {"prediction", &so.prediction}}) {
+    const std::string v = a[flag].as<std::string>();
+    if (v.empty() || v == *field) continue;
+    if (recorded) std::cerr << "note: --" << flag << " " << v << " overrides the checkpoint's " << *field << " (" << weights_file << ")\n";
+    *field = v;
+  }
   so.steps = a["steps"].as<int64_t>();
   so.cfg_scale = a["cfg-scale"].as<double>();
   const std::string ch = a["cfg-channels"].as<std::string>();
-  so.cfg_channels = ch == "all" ? -1 : std::stoll(ch);
+  so.cfg_channels = parse_cfg_channels(ch, mc.in_channels);
   so.eta = a["eta"].as<double>();
   so.diffusion_form = diffusion::parse_diffusion_form(a["diffusion-form"].as<std::string>());
   so.last_step = samplers::parse_last_step(a["last-step"].as<std::string>());
@@ -117,7 +146,7 @@ int run_sample(int argc, char** argv) {
     return 0;
   }
   std::cerr << "nala sample: " << mc.name << " on " << dev << " (" << c10::toString(dtype) << "), " << so.sampler << " " << so.steps
-            << " steps, cfg " << so.cfg_scale << (so.cfg_scale > 1 ? (so.cfg_channels < 0 ? " (all channels)" : " (3 channels)") : "") << "\n";
+            << " steps, cfg " << so.cfg_scale << (so.cfg_scale > 1 ? (so.cfg_channels < 0 ? " (all channels)" : " (" + std::to_string(so.cfg_channels) + " channels)") : "") << "\n";
 
   const int64_t n = a["num-samples"].as<int64_t>();
   if (n > 0) {

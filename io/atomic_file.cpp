@@ -17,24 +17,37 @@ std::string temp_name(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid());
 }
 
-// Flushes file contents to the disk so that the rename never publishes an empty file after a crash.
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 void publish(const std::string& tmp, const std::string& path) {
-  fsync_path(tmp);
+  try {
+    fsync_path(tmp);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
   }
+  fsync_parent_dir(path);
 }
 
 }  // namespace
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open '" + path + "' to flush it to the disk: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // EINVAL: the file system cannot fsync this kind of file (some pseudo file systems): nothing to lose
+  if (rc != 0 && err != EINVAL) throw std::runtime_error("flushing '" + path + "' to the disk failed: " + std::strerror(err));
+}
+
+void fsync_parent_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  fsync_path(dir.empty() ? "." : dir);
+}
 
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = temp_name(path);

@@ -1,7 +1,7 @@
 // Writing files so that a crash, a full disk or a kill never leaves a half-written file under the
 // final name: write "<path>.tmp.<pid>", flush and fsync, then rename over the target (POSIX rename
-// is atomic within a file system). On any failure the temporary file is removed and the target
-// is left exactly as it was.
+// is atomic within a file system), then fsync the directory so the new name is durable too. On any
+// failure (fsync's included) the temporary file is removed and the target is left exactly as it was.
 #pragma once
 #include <functional>
 #include <iosfwd>
@@ -21,6 +21,11 @@ std::string read_file(const std::string& path);
 
 // True if `path` exists (any kind of file).
 bool file_exists(const std::string& path);
+
+// fsync of a file or directory; an fsync error is an error (naming the path).
+void fsync_path(const std::string& path);
+// fsync of the directory holding `path`, so that a rename or a new name in it survives a crash.
+void fsync_parent_dir(const std::string& path);
 
 // Creates a directory and its parents; throws naming the path on failure.
 void make_dirs(const std::string& path);

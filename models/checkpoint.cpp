@@ -1,8 +1,10 @@
 #include "models/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 
@@ -61,12 +63,35 @@ ModelConfig config_from_weights(ModelConfig c, const io::NamedTensors& w, const 
   return c;
 }
 
-}  // namespace nala::models
+std::vector<CheckpointRef> list_checkpoints(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  std::vector<CheckpointRef> v;
+  const fs::path d = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(d)) return v;
+  for (const auto& e : fs::directory_iterator(d)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() != 7 || n.find_first_not_of("0123456789") != std::string::npos) continue;  // NNNNNNN only: never a *.tmp.* folder
+    if (!fs::exists(e.path() / "state.json")) continue;  // incomplete (state.json is written last)
+    v.push_back({std::stoll(n), e.path().string()});
+  }
+  std::sort(v.begin(), v.end(), [](const CheckpointRef& a, const CheckpointRef& b) { return a.step > b.step; });
+  return v;
+}
 
-namespace nala::models {
+std::string latest_checkpoint(const std::string& run_dir) {
+  auto v = list_checkpoints(run_dir);
+  return v.empty() ? "" : v.front().dir;
+}
 
-std::shared_ptr<DiT> load_model(const std::string& name, const std::string& ckpt_in, const ModelOverrides& o, const std::string& prefer) {
+std::shared_ptr<DiT> load_model(const std::string& name, const std::string& ckpt_in, const ModelOverrides& o, const std::string& prefer,
+                                std::map<std::string, std::string>* metadata, std::string* resolved_path) {
   std::string ckpt = ckpt_in;
+  if (std::filesystem::is_directory(ckpt + "/checkpoints")) {  // a run directory: its latest complete checkpoint
+    const std::string latest = latest_checkpoint(ckpt);
+    if (latest.empty()) throw std::runtime_error("run directory '" + ckpt + "' has no complete checkpoint yet");
+    std::cerr << "nala: " << ckpt << " is a run directory; using its latest checkpoint " << latest << "\n";
+    ckpt = latest;
+  }
   if (std::filesystem::is_directory(ckpt)) {
     const std::string f = ckpt + "/" + (prefer == "model" ? "model" : "ema") + ".safetensors";
     if (!io::file_exists(f)) throw std::runtime_error("checkpoint directory '" + ckpt + "' has no " + f);
@@ -100,11 +125,16 @@ std::shared_ptr<DiT> load_model(const std::string& name, const std::string& ckpt
   auto model = std::make_shared<DiT>(cfg);
   io::load_state_dict(*model, w, ckpt);
   model->eval();
+  if (metadata) *metadata = meta;
+  if (resolved_path) *resolved_path = ckpt;
   return model;
 }
 
-void save_model(const DiT& model, const std::string& path) {
-  io::save_safetensors(path, io::state_dict(model), {{"format", "pt"}, {"nala_config", config_to_json(model.config())}});
+void save_model(const DiT& model, const std::string& path, const std::map<std::string, std::string>& extra_metadata) {
+  std::map<std::string, std::string> meta = extra_metadata;
+  meta["format"] = "pt";
+  meta["nala_config"] = config_to_json(model.config());
+  io::save_safetensors(path, io::state_dict(model), meta);
 }
 
 }  // namespace nala::models

@@ -21,24 +21,22 @@ bash scripts/setup.sh
 nala=build/nala
 "$nala" --version
 if "$nala" --version | grep -q "CUDA available: yes"; then
-  device=cuda; model=NaLaSiT-S/2; batch=256; steps=6000; nsamples=10000
+  device=cuda; preset=fashion-mnist-s2-flow; steps=20000; nsamples=10000
 else
-  device=cpu; model=NaLaSiT-T/4; batch=64; steps=100000; nsamples=2000
+  device=cpu; preset=fashion-mnist-tiny; steps=100000; nsamples=2000
 fi
 classifier=.cache/fmnist_classifier.safetensors
 if [ ! -f "$classifier" ]; then
   echo "== 1/4 training the Fashion-MNIST classifier for FD-FMNIST (once)"
   bash scripts/train_fmnist_classifier.sh "$classifier" --device "$device"
 fi
-echo "== 2/4 training $model on Fashion-MNIST for up to $minutes minutes ($device)"
-"$nala" train --preset fashion-mnist-tiny --model "$model" --batch "$batch" --steps "$steps" --max-minutes "$minutes" \
-  --ckpt-every 500 --sample-every 0 --device "$device" --out "$out"
+echo "== 2/4 training preset $preset on Fashion-MNIST for up to $minutes minutes ($device)"
+"$nala" train --preset "$preset" --steps "$steps" --max-minutes "$minutes" --ckpt-every 500 --sample-every 0 --device "$device" --out "$out"
 echo "== 3/4 sampling a grid, one row per class (classifier-free guidance 3 on all channels)"
-"$nala" sample --ckpt "$out/checkpoints/$(ls "$out/checkpoints" | sort | tail -1)" --sampler ode-heun --steps 13 \
-  --cfg-scale 3 --cfg-channels all --device "$device" --out "$out/grid.png"
+"$nala" sample --ckpt "$out" --sampler ode-heun --steps 13 --cfg-scale 3 --device "$device" --out "$out/grid.png"
 echo "== 4/4 FD-FMNIST of $nsamples samples against the 10,000 test images"
-"$nala" sample --ckpt "$out/checkpoints/$(ls "$out/checkpoints" | sort | tail -1)" --sampler ode-heun --steps 13 \
-  --cfg-scale 3 --cfg-channels all --num-samples "$nsamples" --batch-size 500 --npz "$out/samples.npz" --device "$device"
+"$nala" sample --ckpt "$out" --sampler ode-heun --steps 13 --cfg-scale 3 --num-samples "$nsamples" --batch-size 500 \
+  --npz "$out/samples.npz" --device "$device"
 "$nala" eval --fmnist --sample "$out/samples.npz" --classifier "$classifier" --device "$device" --json "$out/fd_fmnist.json"
 echo
 echo "done in $(( $(date +%s) - t0 )) s. Outputs:"

@@ -21,31 +21,27 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   io::write_file_atomic(path, [&](std::ostream& o) { o << j.dump(2) << "\n"; });
 }
 
+// Leftovers of a writer that was killed: checkpoints/<step>.tmp.<pid> and .old.<pid> folders and
+// <file>.tmp.<pid> files. Only called by the process that holds the run directory's lock.
+void remove_stale_temporaries(const std::string& out_dir) {
+  std::error_code ec;
+  for (const fs::path& d : {fs::path(out_dir), fs::path(out_dir) / "checkpoints", fs::path(out_dir) / "samples"}) {
+    if (!fs::is_directory(d)) continue;
+    for (const auto& e : fs::directory_iterator(d)) {
+      const std::string n = e.path().filename().string();
+      if (n.find(".tmp.") == std::string::npos && n.find(".old.") == std::string::npos) continue;
+      std::cerr << "removing " << e.path().string() << ", left by an interrupted writer\n";
+      fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
 }  // namespace
 
 std::string step_name(int64_t step) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%07ld", step);
   return buf;
-}
-
-std::vector<CheckpointRef> list_checkpoints(const std::string& out_dir) {
-  std::vector<CheckpointRef> v;
-  const fs::path d = fs::path(out_dir) / "checkpoints";
-  if (!fs::is_directory(d)) return v;
-  for (const auto& e : fs::directory_iterator(d)) {
-    const std::string n = e.path().filename().string();
-    if (n.size() != 7 || n.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (!fs::exists(e.path() / "state.json")) continue;  // incomplete (state.json is written last)
-    v.push_back({std::stoll(n), e.path().string()});
-  }
-  std::sort(v.begin(), v.end(), [](const CheckpointRef& a, const CheckpointRef& b) { return a.step > b.step; });
-  return v;
-}
-
-std::string latest_checkpoint(const std::string& out_dir) {
-  auto v = list_checkpoints(out_dir);
-  return v.empty() ? "" : v.front().dir;
 }
 
 void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer) {
@@ -61,26 +57,37 @@ void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool
     }
   }
   if (!writer) return;
+  remove_stale_temporaries(out_dir);
   io::make_dirs(out_dir + "/checkpoints");
   io::make_dirs(out_dir + "/samples");
   io::write_file_atomic(cfg_path, [&](std::ostream& o) { o << train_config_to_json(cfg) << "\n"; });
 }
 
 void save_checkpoint(const std::string& out_dir, const RunState& st, const models::DiT& model, const models::DiT& ema, const AdamW& opt,
-                     int64_t keep_last) {
+                     const diffusion::ObjectiveSettings& objective, int64_t keep_last) {
   const std::string final_dir = out_dir + "/checkpoints/" + step_name(st.step);
   const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp);
   io::make_dirs(tmp);
-  models::save_model(model, tmp + "/model.safetensors");
-  models::save_model(ema, tmp + "/ema.safetensors");
+  const std::map<std::string, std::string> meta = {{diffusion::kObjectiveMetadataKey, diffusion::objective_to_json(objective)}};
+  models::save_model(model, tmp + "/model.safetensors", meta);
+  models::save_model(ema, tmp + "/ema.safetensors", meta);
   io::save_safetensors(tmp + "/optimizer.safetensors", opt.state());
   write_json(tmp + "/state.json", {{"step", st.step}, {"epoch", st.epoch}, {"batch_index", st.batch_index}, {"nonfinite", st.nonfinite},
                                    {"images_seen", st.images_seen}, {"model", model.config().name}});
+  io::fsync_path(tmp);  // the folder's entries (every file in it was fsynced when written)
+  // Into place by renames only, so the previous checkpoint of this step (one that proved unreadable
+  // and was skipped on resume) is removed only once its successor is in place.
   std::error_code ec;
-  fs::remove_all(final_dir, ec);
+  const std::string old = final_dir + ".old." + std::to_string(::getpid());
+  if (fs::exists(final_dir)) {
+    fs::rename(final_dir, old, ec);
+    if (ec) throw std::runtime_error("cannot move the previous checkpoint " + final_dir + " aside: " + ec.message());
+  }
   fs::rename(tmp, final_dir, ec);
   if (ec) throw std::runtime_error("cannot move checkpoint " + tmp + " to " + final_dir + ": " + ec.message());
+  io::fsync_parent_dir(final_dir);
+  fs::remove_all(old, ec);
   auto all = list_checkpoints(out_dir);
   for (size_t i = size_t(keep_last); i < all.size(); ++i) fs::remove_all(all[i].dir, ec);
 }

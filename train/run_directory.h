@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "diffusion/objective.h"
+#include "models/checkpoint.h"
 #include "models/dit.h"
 #include "train/adamw.h"
 #include "train/train_config.h"
@@ -23,22 +25,20 @@ struct RunState {
 
 std::string step_name(int64_t step);  // "0001234"
 
-struct CheckpointRef {
-  int64_t step;
-  std::string dir;
-};
-// Complete checkpoints (state.json present), newest first.
-std::vector<CheckpointRef> list_checkpoints(const std::string& out_dir);
-// The latest complete checkpoint directory of a run ("" if none).
-std::string latest_checkpoint(const std::string& out_dir);
+// Checkpoints are listed by models::list_checkpoints / latest_checkpoint (models/checkpoint.h).
+using models::CheckpointRef;
+using models::latest_checkpoint;
+using models::list_checkpoints;
 
 // A new run writes config.json (writer = rank 0); a resumed one must agree with it in every field
 // that may not change on resume, else an error lists the differences.
 void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer);
 
-// Writes checkpoints/<step> atomically (temporary directory, then rename) and keeps the last keep_last.
+// Writes checkpoints/<step> atomically (temporary directory, fsynced, then renamed into place; a
+// previous folder of the same step is removed only after) and keeps the last keep_last. The weights
+// files carry the objective settings, so `nala sample` uses the process the model was trained with.
 void save_checkpoint(const std::string& out_dir, const RunState& st, const models::DiT& model, const models::DiT& ema, const AdamW& opt,
-                     int64_t keep_last);
+                     const diffusion::ObjectiveSettings& objective, int64_t keep_last);
 // Loads the newest readable checkpoint into model, ema and opt; an unreadable one is reported (on
 // stderr when `verbose`) and the previous one tried. Returns the state (step 0 when none).
 RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, models::DiT& ema, AdamW& opt, bool verbose);

@@ -28,6 +28,10 @@ std::vector<Preset> make_presets() {
       {"fashion-mnist-tiny",
        {{"model", "NaLaSiT-T/4"}, {"global_batch", "64"}, {"steps", "3000"}, {"lr", "1e-3"}, {"ema_decay", "0.999"},
         {"ema_warmup", "true"}, {"log_every", "50"}, {"ckpt_every", "500"}, {"sample_every", "1000"}, {"workers", "2"}}},
+      // the GPU demo (scripts/demo.sh): NaLaSiT-S/2 trained for minutes, a step size for a 33M-parameter model
+      {"fashion-mnist-s2-flow",
+       {{"model", "NaLaSiT-S/2"}, {"global_batch", "256"}, {"steps", "20000"}, {"lr", "2e-4"}, {"ema_decay", "0.9995"},
+        {"ema_warmup", "true"}, {"log_every", "100"}, {"ckpt_every", "500"}, {"sample_every", "0"}}},
       {"fashion-mnist-s2",
        {{"model", "NaLaDiT-S/2"}, {"global_batch", "256"}, {"steps", "20000"}, {"lr", "1e-4"}, {"ema_decay", "0.9995"},
         {"ema_warmup", "true"}, {"log_every", "100"}, {"ckpt_every", "5000"}, {"sample_every", "5000"}}},

@@ -3,6 +3,7 @@
 // style); a flag overrides a preset; the resolved config is saved in the run directory.
 //   fashion-mnist-tiny   NaLaSiT-T/4 (NaLa attention, flow matching) on the built-in Fashion-MNIST,
 //                        32 px pixel space, minutes on a CPU
+//   fashion-mnist-s2-flow NaLaSiT-S/2 on Fashion-MNIST for the GPU demo (lr 2e-4, EMA 0.9995 with warm-up)
 //   fashion-mnist-s2     NaLaDiT-S/2 on Fashion-MNIST (the quality experiment's setting, GPU)
 //   imagenet-{256,512}-{s2,b2,l2,xl2}  DiT's ImageNet recipe: AdamW lr 1e-4, wd 0, batch 256, EMA
 //                        0.9999, latents of the SD VAE (image size / 8), 1000 classes

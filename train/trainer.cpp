@@ -78,6 +78,13 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   open_run_directory(out_dir, cfg, main_rank);
   const ModelSetup setup = setup_model(cfg, device);
   const models::ModelConfig& mc = setup.model;
+  diffusion::ObjectiveSettings objective;  // recorded in every checkpoint
+  objective.objective = cfg.objective;
+  objective.schedule = cfg.schedule;
+  objective.variance = mc.learn_sigma ? cfg.variance : "fixed-small";  // as the loss uses it
+  objective.path = cfg.path;
+  objective.prediction = cfg.prediction;
+  objective.loss_weight = cfg.loss_weight;
   if (main_rank) io::write_file_atomic(out_dir + "/model.json", [&](std::ostream& o) { o << models::config_to_json(mc) << "\n"; });
 
   torch::manual_seed(int64_t(cfg.seed));  // identical initial weights on every rank (and broadcast below)
@@ -182,7 +189,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
     if (pg) stop = !pg->all_true(!stop);
     if (stop && !window_losses.empty()) flush_window();  // the partial window
     if (main_rank && (step % cfg.ckpt_every == 0 || step == cfg.steps || stop))
-      save_checkpoint(out_dir, st, *model, *ema, train_step.optimizer(), cfg.keep_last);
+      save_checkpoint(out_dir, st, *model, *ema, train_step.optimizer(), objective, cfg.keep_last);
     if (main_rank && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || step == cfg.steps || stop))
       write_sample_grid(cfg, setup, *ema, device, out_dir + "/samples/" + step_name(step) + ".png");
     if (stop) {

@@ -70,7 +70,12 @@ def test_sigkilled_holder_leaves_no_stale_lock(tmp):
     a.send_signal(signal.SIGKILL)
     a.wait()
     done = max(int(c.name) for c in ck.iterdir() if (c / "state.json").exists())
+    # what a writer killed mid-write leaves behind: removed by the next holder of the lock
+    (ck / "0099999.tmp.999999").mkdir()
+    (ck / f"{done:07d}.old.999999").mkdir()
+    (tmp / "r" / "config.json.tmp.999999").write_text("{")
     p = run("nala", *TRAIN, "--steps", str(done + 5), "--out", tmp / "r")
+    assert not any(".tmp." in x.name or ".old." in x.name for x in list(ck.iterdir()) + list((tmp / "r").iterdir())), p.stderr
     assert f"resuming from" in p.stderr
     assert (tmp / "r" / "checkpoints" / f"{done + 5:07d}" / "state.json").exists()
 
