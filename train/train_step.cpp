@@ -53,7 +53,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
       transport_(transport_config(cfg)) {}
 
-StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y, bool want_grad_norm) {
+StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y) {
   // This step's randomness is drawn for the whole global batch and each rank takes its rows (rank,
   // rank + world, ...), the rows of its data shard: N processes compute what one process computes.
   const int64_t G = cfg_.global_batch;
@@ -77,17 +77,18 @@ StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y
   }
   loss.backward();
   if (pg_) pg_->allreduce_mean_grads(trainable_);
-  at::Tensor found_inf = at::logical_not(at::isfinite(loss.detach())).to(at::kFloat).reshape({1});  // (1,)
-  if (pg_) found_inf = pg_->allreduce_max(found_inf);  // every rank skips together
   std::vector<at::Tensor> gs;
   for (auto& p : trainable_)
     if (p.grad().defined()) gs.push_back(p.grad());
+  // A step is skipped (inside the fused AdamW kernel, no host sync) when the loss or any gradient is
+  // not finite: the norm over all gradients is inf/NaN exactly then. It is also what clipping and
+  // the log use.
   StepResult r;
-  if (cfg_.grad_clip > 0 || want_grad_norm) {
-    r.grad_norm = at::stack(at::_foreach_norm(gs)).norm();
-    if (cfg_.grad_clip > 0) at::_foreach_mul_(gs, (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0));
-  }
-  opt_.step(found_inf);  // skipped inside the fused kernel where the loss was not finite
+  r.grad_norm = at::stack(at::_foreach_norm(gs)).norm();                                                          // ()
+  at::Tensor found_inf = at::logical_not(at::isfinite(loss.detach()) & at::isfinite(r.grad_norm)).to(at::kFloat).reshape({1});  // (1,)
+  if (pg_) found_inf = pg_->allreduce_max(found_inf);  // every rank skips together
+  if (cfg_.grad_clip > 0) at::_foreach_mul_(gs, (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0));
+  opt_.step(found_inf);  // skipped inside the fused kernel where found_inf is set
   opt_.zero_grad();
   const double decay = cfg_.ema_warmup ? std::min(cfg_.ema_decay, (1.0 + double(step)) / (10.0 + double(step))) : cfg_.ema_decay;
   update_ema(ema_.parameters(), model_.parameters(), decay);

@@ -1,6 +1,6 @@
 // One optimisation step of DiT train.py's recipe (docs/reference.md §4) on one process's share of
 // the global batch: the objective's loss under bf16 autocast on CUDA, backward, gradient all-reduce,
-// optional clipping, AdamW (skipped inside the fused kernel where the loss is not finite) and the
+// optional clipping, AdamW (skipped inside the fused kernel where the loss or a gradient is not finite) and the
 // EMA update. Everything stays on the device; the host reads the loss back only at log steps.
 #pragma once
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace nala::train {
 
 struct StepResult {
   at::Tensor loss;       // (1,) float32 on the device; NaN where the step was skipped
-  at::Tensor grad_norm;  // () on the device, when asked for (or clipping is on); else undefined
+  at::Tensor grad_norm;  // () on the device: the norm of all gradients (inf/NaN for a skipped step)
 };
 
 class TrainStep {
@@ -27,7 +27,9 @@ class TrainStep {
   // cfg resolved; model and ema on their device; pg null for one process.
   TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& ema, ProcessGroup* pg, bool bf16);
   // x (B, C, h, w) model-space batch, y (B,) labels; the caller seeded the step's global RNG.
-  StepResult run(int64_t step, const at::Tensor& x, const at::Tensor& y, bool want_grad_norm);
+  // A step whose loss or any gradient is not finite changes no weight (the EMA still decays toward
+  // them) and returns a NaN loss, which the trainer counts.
+  StepResult run(int64_t step, const at::Tensor& x, const at::Tensor& y);
   AdamW& optimizer() { return opt_; }
 
  private:

@@ -142,7 +142,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
     at::Tensor x = b.x.to(device, /*non_blocking=*/true), y = b.y.to(device, true);  // (B, C, h, w), (B,)
     if (setup.online_vae) x = setup.autoencoder->encode(x, /*mean=*/false);          // scaled posterior sample, (B, 4, S/8, S/8)
     const bool log_now = (step + 1) % cfg.log_every == 0 || step + 1 == cfg.steps;
-    StepResult r = train_step.run(step, x, y, log_now);
+    StepResult r = train_step.run(step, x, y);
     window_losses.push_back(r.loss);
     ++step;
     st.step = step;
@@ -164,9 +164,9 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
         else ++bad;
       }
       st.nonfinite += bad;
-      if (bad && main_rank) std::cerr << "\nwarning: " << bad << " non-finite loss(es) in steps " << window_first + 1 << "-" << step << "; those steps were skipped\n";
+      if (bad && main_rank) std::cerr << "\nwarning: " << bad << " step(s) with a non-finite loss or gradient in steps " << window_first + 1 << "-" << step << "; those steps were skipped\n";
       if (st.nonfinite > cfg.max_nonfinite)
-        throw std::runtime_error("training diverged: " + std::to_string(st.nonfinite) + " non-finite losses (limit " + std::to_string(cfg.max_nonfinite) +
+        throw std::runtime_error("training diverged: " + std::to_string(st.nonfinite) + " steps with a non-finite loss or gradient (limit " + std::to_string(cfg.max_nonfinite) +
                                  ", last window ending at step " + std::to_string(step) + "); lower --lr or use --grad-clip");
       double mean_loss = int64_t(ls.size()) > bad ? sum / double(int64_t(ls.size()) - bad) : NAN;
       if (pg) mean_loss = pg->allreduce_mean_scalar(mean_loss);

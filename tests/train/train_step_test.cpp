@@ -1,0 +1,79 @@
+// One training step (train/train_step.h) on a tiny model on the CPU: a step whose gradients are not
+// finite while the loss is changes no weight and reports a NaN loss (which the trainer counts);
+// a finite step changes the weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "models/dit.h"
+#include "models/model_config.h"
+#include "train/train_config.h"
+#include "train/train_step.h"
+
+using namespace nala;
+
+namespace {
+
+struct StepSetup {
+  train::TrainConfig cfg;
+  std::shared_ptr<models::DiT> model, ema;
+};
+
+StepSetup make(const std::string& objective) {
+  StepSetup s;
+  s.cfg = train::train_preset("fashion-mnist-tiny");
+  s.cfg.model = "NaLaDiT-T/4";
+  s.cfg.objective = objective;
+  s.cfg.global_batch = 4;
+  s.cfg = train::resolved(s.cfg);
+  models::ModelConfig mc = models::model_config(s.cfg.model);
+  mc.input_size = 8;
+  mc.in_channels = 1;
+  mc.num_classes = 10;
+  torch::manual_seed(0);
+  s.model = std::make_shared<models::DiT>(mc);
+  s.ema = std::make_shared<models::DiT>(mc);
+  for (auto& p : s.ema->parameters()) p.set_requires_grad(false);
+  return s;
+}
+
+std::vector<at::Tensor> snapshot(models::DiT& m) {
+  std::vector<at::Tensor> v;
+  for (auto& p : m.parameters()) v.push_back(p.detach().clone());
+  return v;
+}
+
+bool unchanged(models::DiT& m, const std::vector<at::Tensor>& before) {
+  auto ps = m.parameters();
+  for (size_t i = 0; i < ps.size(); ++i)
+    if (!at::equal(ps[i], before[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST(TrainStep, NonFiniteGradientSkipsTheStep) {
+  for (const char* objective : {"ddpm", "flow"}) {
+    StepSetup s = make(objective);
+    train::TrainStep step(s.cfg, *s.model, *s.ema, nullptr, false);
+    at::Tensor x = at::randn({4, 1, 8, 8}), y = at::tensor({0, 1, 2, 3}, at::kLong);  // (4, 1, 8, 8), (4,)
+    // a finite loss whose gradient for one tensor is infinite
+    at::Tensor p = s.model->named_parameters()["blocks.0.mlp.fc1.weight"];
+    const auto hook = p.register_hook([](at::Tensor g) { return g * INFINITY; });
+    const auto before = snapshot(*s.model);
+    torch::manual_seed(1);
+    train::StepResult r = step.run(0, x, y);
+    EXPECT_TRUE(std::isnan(r.loss.item<double>())) << objective << ": a skipped step reports a NaN loss";
+    EXPECT_FALSE(std::isfinite(r.grad_norm.item<double>())) << objective;
+    EXPECT_TRUE(unchanged(*s.model, before)) << objective << ": weights changed by a step with an infinite gradient";
+    p.remove_hook(hook);
+    torch::manual_seed(1);
+    r = step.run(1, x, y);
+    std::printf("%s: finite step loss %.4f, gradient norm %.4f\n", objective, r.loss.item<double>(), r.grad_norm.item<double>());
+    EXPECT_TRUE(std::isfinite(r.loss.item<double>())) << objective;
+    EXPECT_FALSE(unchanged(*s.model, before)) << objective << ": a finite step changed nothing";
+  }
+}
