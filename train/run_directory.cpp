@@ -45,6 +45,7 @@ std::string step_name(int64_t step) {
 }
 
 void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer) {
+  if (!writer) return;  // rank 0 checks and writes; the others may not even see the directory
   const std::string cfg_path = out_dir + "/config.json";
   if (io::file_exists(cfg_path)) {
     const TrainConfig saved = train_config_from_json(io::read_file(cfg_path), cfg_path);
@@ -56,7 +57,6 @@ void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool
                                "\nresume with the same flags, or use a new --out");
     }
   }
-  if (!writer) return;
   remove_stale_temporaries(out_dir);
   io::make_dirs(out_dir + "/checkpoints");
   io::make_dirs(out_dir + "/samples");

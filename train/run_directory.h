@@ -30,8 +30,8 @@ using models::CheckpointRef;
 using models::latest_checkpoint;
 using models::list_checkpoints;
 
-// A new run writes config.json (writer = rank 0); a resumed one must agree with it in every field
-// that may not change on resume, else an error lists the differences.
+// Rank 0 (writer): a new run writes config.json; a resumed one must agree with it in every field
+// that may not change on resume, else an error lists the differences. Other ranks: nothing.
 void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer);
 
 // Writes checkpoints/<step> atomically (temporary directory, fsynced, then renamed into place; a

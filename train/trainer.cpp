@@ -97,9 +97,21 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   for (auto& p : ema->parameters()) p.set_requires_grad(false);
   TrainStep train_step(cfg, *model, *ema, pg, bf16);
 
-  RunState st = load_latest_checkpoint(out_dir, *model, *ema, train_step.optimizer(), main_rank);
+  // Rank 0 alone reads the checkpoint and sends the whole state (position, optimizer, weights) to
+  // the others: ranks need no shared file system to resume, and they cannot start from different
+  // checkpoints. (The data set must be readable on every node.)
+  RunState st;
+  if (main_rank) st = load_latest_checkpoint(out_dir, *model, *ema, train_step.optimizer(), true);
   if (pg) {
-    pg->broadcast(io::state_dict(*model));  // every rank starts from rank 0's weights
+    at::Tensor rs = at::tensor({st.step, st.epoch, st.batch_index, st.nonfinite, st.images_seen}, at::kLong).to(device);  // (5,)
+    pg->broadcast({{"run_state", rs}});
+    rs = rs.cpu();
+    st = {rs[0].item<int64_t>(), rs[1].item<int64_t>(), rs[2].item<int64_t>(), rs[3].item<int64_t>(), rs[4].item<int64_t>()};
+    io::NamedTensors opt_state = train_step.optimizer().state();
+    for (auto& [name, t] : opt_state) t = t.to(device);  // the step counter lives on the host
+    pg->broadcast(opt_state);
+    if (!main_rank) train_step.optimizer().load_state(opt_state, "rank 0's optimizer state");
+    pg->broadcast(io::state_dict(*model));
     pg->broadcast(io::state_dict(*ema));
   }
 

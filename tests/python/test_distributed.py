@@ -1,6 +1,7 @@
 """Data-parallel training on c10d with Gloo over loopback: two processes under torchrun train the
 same as one process with the same global batch (losses and weights within floating-point
-tolerance); a killed rank ends the job with a clear error, not a hang."""
+tolerance); a killed rank ends the job with a clear error, not a hang; a resume needs no shared
+file system (rank 0 sends the checkpoint's state to the others)."""
 import json
 import os
 import signal
@@ -63,3 +64,26 @@ def test_killed_rank_ends_the_job(tmp):
     assert procs[0].returncode not in (0, None)
     assert "rank 0" in err and "another rank died or became unreachable" in err
     assert took < 60
+
+
+def launch(rank, out, port, *extra):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               OMP_NUM_THREADS="1")
+    return subprocess.Popen([str(BUILD / "nala"), *ARGS, *extra, "--out", str(out), "--dist-timeout", "60"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_resume_without_a_shared_file_system(tmp):
+    """Rank 1 runs in a directory of its own (as on a node whose disk rank 0's checkpoints never
+    reach): before, it would start from step 0 while rank 0 resumed from step 6."""
+    run("nala", *ARGS, "--steps", "9", "--out", tmp / "one")
+    for steps, port in (("6", 29655), ("9", 29657)):
+        procs = [launch(0, tmp / "rank0", port, "--steps", steps), launch(1, tmp / f"rank1_{steps}", port, "--steps", steps)]
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err[-3000:]
+    a, b = np.array(losses(tmp / "one")), np.array(losses(tmp / "rank0"))
+    print("1 process, 9 steps:", a.round(6), "\n2 processes, 6 steps then resumed to 9:", b.round(6))
+    assert len(b) == 9
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    assert not (tmp / "rank1_9" / "checkpoints").exists()  # only rank 0 writes
