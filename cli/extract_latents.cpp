@@ -17,6 +17,7 @@
 #include "models/vae.h"
 #include "diffusion/seed.h"
 #include "io/atomic_file.h"
+#include "io/manifest.h"
 #include "io/output_lock.h"
 #include "io/image.h"
 #include "report/progress.h"
@@ -50,7 +51,27 @@ int run_extract_latents(int argc, char** argv) {
   const c10::Device dev = pick_device(a["device"].as<std::string>());
   data::ImageFolder folder(a["data"].as<std::string>(), size);
   auto vae = models::load_vae(a["vae"].as<std::string>());
-  vae->to(dev, dev.is_cuda() ? at::kBFloat16 : at::kFloat);
+  const at::ScalarType vae_dtype = dev.is_cuda() ? at::kBFloat16 : at::kFloat;
+  vae->to(dev, vae_dtype);
+  {  // every setting that changes the shards; a resume with another is refused (io/manifest.h)
+    bool resuming = false;
+    for (const auto& e : std::filesystem::directory_iterator(out))
+      resuming = resuming || e.path().filename().string().rfind("latents_", 0) == 0;
+    io::Settings m = {{"data", std::filesystem::absolute(a["data"].as<std::string>()).lexically_normal().string()},
+                      {"images", std::to_string(folder.size())},
+                      {"classes", std::to_string(folder.classes().size())},
+                      {"image_size", std::to_string(size)},
+                      {"crop", "adm-center"},
+                      {"flip", flip},
+                      {"latent", latent},
+                      {"seed", std::to_string(a["seed"].as<uint64_t>())},
+                      {"shard_size", std::to_string(shard)},
+                      {"batch_size", std::to_string(bs)},
+                      {"vae", io::file_fingerprint(a["vae"].as<std::string>())},
+                      {"vae_dtype", c10::toString(vae_dtype)},
+                      {"device", c10::DeviceTypeName(dev.type(), true)}};
+    io::check_or_write_manifest(out, m, resuming, "latent folder " + out);
+  }
   io::write_file_atomic(out + "/classes.json", [&](std::ostream& os) {
     os << nlohmann::json({{"classes", folder.classes()}, {"image_size", size}, {"flip", flip}, {"latent", latent}}).dump(2) << "\n";
   });

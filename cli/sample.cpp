@@ -20,6 +20,7 @@
 #include "samplers/grid_labels.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
+#include "io/manifest.h"
 #include "io/npz.h"
 #include "report/progress.h"
 
@@ -157,6 +158,8 @@ int run_sample(int argc, char** argv) {
     fo.num_samples = n;
     fo.batch_size = a["batch-size"].as<int64_t>();
     fo.seed = seed;
+    fo.manifest["weights"] = io::file_fingerprint(weights_file);
+    fo.manifest["vae"] = ae_probe == "none" ? "none" : io::file_fingerprint(ae_probe);
     samplers::sample_fid_batches(*model, *ae, so, fo, npz, dev);
     const int64_t H = L * ae->downsample();
     std::cout << "wrote " << n << " samples to " << npz << " (arr_0 uint8 " << n << "x" << H << "x" << H << "x3, arr_1 labels)\n";

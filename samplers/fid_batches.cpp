@@ -38,6 +38,35 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
   const int64_t n = o.num_samples, bs = o.batch_size, C = mc.in_channels, L = mc.input_size;
   const std::string parts = npz + ".parts";
   io::OutputLock lock(parts, "sample batch " + npz);  // one writer: a second `nala sample --npz` on it is refused
+  bool resuming = false;
+  for (const auto& e : std::filesystem::directory_iterator(parts))
+    resuming = resuming || e.path().filename().string().rfind("batch_", 0) == 0;
+  io::Settings m = o.manifest;
+  m["model"] = mc.name;
+  m["model_dtype"] = c10::toString(model.parameters()[0].scalar_type());
+  m["device"] = c10::DeviceTypeName(device.type(), true);
+  m["num_samples"] = std::to_string(n);
+  m["batch_size"] = std::to_string(bs);
+  m["seed"] = std::to_string(o.seed);
+  m["image_size"] = std::to_string(L * ae.downsample());
+  m["sampler"] = so.sampler;
+  m["objective"] = so.objective;
+  m["steps"] = std::to_string(so.steps);
+  m["cfg_scale"] = c10::str(so.cfg_scale);
+  m["cfg_channels"] = std::to_string(so.cfg_channels);
+  m["eta"] = c10::str(so.eta);
+  m["clip_denoised"] = so.clip_denoised ? "true" : "false";
+  m["schedule"] = so.schedule;
+  m["variance"] = so.variance;
+  m["path"] = so.path;
+  m["prediction"] = so.prediction;
+  m["atol"] = c10::str(so.atol);
+  m["rtol"] = c10::str(so.rtol);
+  m["diffusion_form"] = std::to_string(int(so.diffusion_form));
+  m["last_step"] = std::to_string(int(so.last_step));
+  m["last_step_size"] = c10::str(so.last_step_size);
+  m["dpm_spacing"] = so.dpm_spacing;
+  io::check_or_write_manifest(parts, m, resuming, "sample batch " + npz);
   const int64_t batches = (n + bs - 1) / bs;
   report::ProgressBar bar("sample", n, "img");
   int64_t done = 0;
@@ -53,6 +82,7 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
     io::save_npz(part, {{"arr_0", decode_to_images(ae, x, device)}, {"arr_1", y}});
     done += m;
     if (o.progress) bar.update(done, "batch " + std::to_string(b + 1) + "/" + std::to_string(batches));
+    if (o.on_batch) o.on_batch(b);
   }
   if (o.progress) bar.finish();
   // assemble, streaming batch by batch, then remove the parts

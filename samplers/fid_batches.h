@@ -5,11 +5,13 @@
 // that grids and batches share.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "io/manifest.h"
 #include "models/dit.h"
 #include "models/vae.h"
 #include "samplers/sampler_table.h"
@@ -29,9 +31,15 @@ struct FidBatchOptions {
   int64_t batch_size = 64;
   uint64_t seed = 0;
   bool progress = true;  // a progress bar on stderr
+  std::function<void(int64_t batch)> on_batch;  // called after each batch is saved (it may throw to stop)
+  // Settings the library cannot see (the caller's weights and VAE files' fingerprints, say); the
+  // sampling options, sizes, seed, dtype and device are added to the manifest here.
+  io::Settings manifest;
 };
 
 // so must be resolved against the model (generate.h). Writes `npz` atomically and removes the parts.
+// OUT.npz.parts/manifest.json records every setting that changes the samples; a resume with another
+// setting is refused, naming it (io/manifest.h). The parts folder is locked (io/output_lock.h).
 void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const SamplingOptions& so, const FidBatchOptions& o,
                         const std::string& npz, const c10::Device& device);
 

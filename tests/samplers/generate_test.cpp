@@ -93,11 +93,21 @@ TEST(FidBatches, ResumedRunEqualsUninterruptedOne) {
   const fs::path d = temp_dir("fid");
   const std::string full = (d / "full.npz").string(), resumed = (d / "resumed.npz").string();
   samplers::sample_fid_batches(m, ae, so, fo, full, c10::Device("cpu"));
-  // what an interrupted run leaves: batch 1 finished (and only it)
-  fs::create_directories(resumed + ".parts");
-  auto [z, y] = samplers::batch_noise_and_labels(fo.seed, 1, 2, 1, 8, 3);
-  at::Tensor x = samplers::generate(m, so, z, y, samplers::sampler_generator(fo.seed, 1)).x;
-  io::save_npz(resumed + ".parts/batch_1.npz", {{"arr_0", samplers::decode_to_images(ae, x, c10::Device("cpu"))}, {"arr_1", y}});
+  // an interrupted run: stopped after its first batch was saved
+  samplers::FidBatchOptions stop_early = fo;
+  stop_early.on_batch = [](int64_t b) { throw std::runtime_error("stopped after batch " + std::to_string(b)); };
+  EXPECT_THROW(samplers::sample_fid_batches(m, ae, so, stop_early, resumed, c10::Device("cpu")), std::runtime_error);
+  EXPECT_TRUE(fs::exists(resumed + ".parts/batch_0.npz"));
+  EXPECT_FALSE(fs::exists(resumed));
+  // a resume with another seed is refused, naming it
+  samplers::FidBatchOptions other = fo;
+  other.seed = 12;
+  try {
+    samplers::sample_fid_batches(m, ae, so, other, resumed, c10::Device("cpu"));
+    ADD_FAILURE() << "a resume with another seed was not refused";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("seed: 11 before, 12 now"), std::string::npos) << e.what();
+  }
   samplers::sample_fid_batches(m, ae, so, fo, resumed, c10::Device("cpu"));
   auto a = io::load_npz(full), b = io::load_npz(resumed);
   ASSERT_EQ(a.size(), 2u);
