@@ -54,6 +54,30 @@ class Diffusion:
         return (mse + kl.mean((1, 2, 3)) / math.log(2)).mean()  # (the t = 0 decoder term is timing-neutral)
 
 
+def training_step(name, batch, L, compiled, diff, dev):
+    """One DiT training step on random latents as a closure (and the model it calls): bf16 autocast,
+    the ADM loss, fused AdamW, EMA by _foreach_lerp_; the model compiled with torch.compile if asked."""
+    torch.manual_seed(0)
+    model = reference_dit.DiT(name, input_size=L).to(dev).train()
+    ema = reference_dit.DiT(name, input_size=L).to(dev).eval().requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0, fused=True)
+    net = torch.compile(model) if compiled else model
+    x = torch.randn(batch, 4, L, L, device=dev)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+    ema_p, model_p = list(ema.parameters()), list(model.parameters())
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = diff.loss(net, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(ema_p, model_p, 1e-4)
+
+    return step, net
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="DiT-S/2,DiT-B/2,DiT-XL/2")
@@ -70,26 +94,9 @@ def main():
     diff = Diffusion(dev)
     print(f"# PyTorch {torch.__version__} DiT training step, {torch.cuda.get_device_name()}, batch {a.batch}, latents 4x{L}x{L}, bf16 autocast")
     print("| model | mode | ms/step | img/s | peak MiB | compile s |\n|---|---|---|---|---|---|")
-    for name in a.models.split(","):
-      for mode in ["eager", "compiled"] if a.compile else ["eager"]:
-        torch.manual_seed(0)
-        model = reference_dit.DiT(name, input_size=L).to(dev).train()
-        ema = reference_dit.DiT(name, input_size=L).to(dev).eval().requires_grad_(False)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0, fused=True)
-        net = torch.compile(model) if mode == "compiled" else model
-        x = torch.randn(a.batch, 4, L, L, device=dev)
-        y = torch.randint(0, 1000, (a.batch,), device=dev)
-        ema_p, model_p = list(ema.parameters()), list(model.parameters())
-
-        def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = diff.loss(net, x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                torch._foreach_lerp_(ema_p, model_p, 1e-4)
-
+    modes = ["eager", "compiled"] if a.compile else ["eager"]
+    for name, mode in [(n, m) for n in a.models.split(",") for m in modes]:
+        step, net = training_step(name, a.batch, L, mode == "compiled", diff, dev)
         torch.cuda.synchronize()
         t0 = time.time()
         for _ in range(a.warmup):
@@ -108,7 +115,7 @@ def main():
         ms = float(np.median(times))
         print(f"| {name} (PyTorch) | {mode} | {ms:.1f} | {a.batch / ms * 1e3:.0f} | {torch.cuda.max_memory_allocated() / 2**20:.0f} | "
               f"{compile_s:.0f} |", flush=True)
-        del model, ema, opt, net
+        del step, net
         torch.cuda.empty_cache()
 
 

@@ -16,7 +16,6 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import bench_pytorch_train  # noqa: E402
 import kernel_table  # noqa: E402
-import reference_dit  # noqa: E402
 
 
 def main():
@@ -31,24 +30,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = True
     dev, L = "cuda", a.image_size // 8
     diff = bench_pytorch_train.Diffusion(dev)
-    torch.manual_seed(0)
-    model = reference_dit.DiT(a.model, input_size=L).to(dev).train()
-    ema = reference_dit.DiT(a.model, input_size=L).to(dev).eval().requires_grad_(False)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0, fused=True)
-    net = torch.compile(model) if a.compile else model
-    x = torch.randn(a.batch, 4, L, L, device=dev)
-    y = torch.randint(0, 1000, (a.batch,), device=dev)
-    ema_p, model_p = list(ema.parameters()), list(model.parameters())
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = diff.loss(net, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(ema_p, model_p, 1e-4)
-
+    step, _ = bench_pytorch_train.training_step(a.model, a.batch, L, a.compile, diff, dev)
     for _ in range(3):
         step()
     torch.cuda.synchronize()
