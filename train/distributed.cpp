@@ -75,6 +75,7 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> pg;
   std::chrono::milliseconds timeout;
   c10::Device device = c10::Device("cpu");  // where the small control tensors live
+  std::vector<c10::intrusive_ptr<c10d::Work>> started;
 };
 
 ProcessGroup::ProcessGroup(const DistEnv& env, const std::string& backend, std::chrono::milliseconds timeout, const c10::Device& device)
@@ -118,9 +119,19 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const std::string& backend, std::
 
 ProcessGroup::~ProcessGroup() = default;
 
-void ProcessGroup::allreduce_mean_grads(const std::vector<at::Tensor>& params) {
-  // flat buckets of ~25 MB (DDP's default bucket size), one all-reduce each
-  const int64_t bucket_bytes = 25 << 20;
+void ProcessGroup::start_allreduce_sum(const at::Tensor& t) {
+  std::vector<at::Tensor> ts{t};
+  impl_->started.push_back(impl_->pg->allreduce(ts));
+}
+
+void ProcessGroup::wait_started(const char* what) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.swap(impl_->started);
+  for (auto& w : works) wait(w, impl_->timeout, env_.rank, what);
+}
+
+void ProcessGroup::allreduce_mean_grads(const std::vector<at::Tensor>& params, int64_t bucket_bytes) {
+  // flat buckets, one all-reduce each
   std::vector<at::Tensor> bucket;
   int64_t bytes = 0;
   auto flush = [&] {

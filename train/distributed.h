@@ -35,8 +35,15 @@ class ProcessGroup {
   int64_t rank() const { return env_.rank; }
   int64_t world_size() const { return env_.world_size; }
 
-  // Gradients summed over ranks and divided by the world size, through a few flat buckets.
-  void allreduce_mean_grads(const std::vector<at::Tensor>& params);
+  // Gradients summed over ranks and divided by the world size, through flat buckets of about
+  // bucket_bytes, after the whole backward (train/grad_buckets.h overlaps this with the backward).
+  void allreduce_mean_grads(const std::vector<at::Tensor>& params, int64_t bucket_bytes);
+  // Starts a sum all-reduce of t in place and returns at once (on CUDA the collective runs on the
+  // backend's stream after the work queued so far on the caller's stream); wait_started() waits for
+  // every one started (on CUDA: the current stream waits, the host does not) and throws the clear
+  // error of a dead rank. Every rank must start the same collectives in the same order.
+  void start_allreduce_sum(const at::Tensor& t);
+  void wait_started(const char* what);
   double allreduce_mean_scalar(double v);
   at::Tensor allreduce_max(const at::Tensor& t);   // returns the reduced tensor
   bool all_true(bool v);

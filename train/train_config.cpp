@@ -78,6 +78,8 @@ const std::vector<ConfigField>& train_config_fields() {
       {"keep_last", "keep-last", "checkpoints kept", &C::keep_last, true},
       {"sample_every", "sample-every", "steps between EMA sample grids (0: off)", &C::sample_every, true},
       {"workers", "workers", "data loader threads", &C::workers, true},
+      {"overlap_grads", "overlap-grads", "data parallel: all-reduce gradient buckets during the backward as they fill (false: after it)", &C::overlap_grads, true},
+      {"bucket_mb", "bucket-mb", "data parallel: gradient bucket size in MiB (PyTorch DDP's default 25)", &C::bucket_mb, true},
       {"max_nonfinite", "max-nonfinite", "skipped non-finite steps before giving up", &C::max_nonfinite, true},
       {"max_minutes", "max-minutes", "stop and checkpoint after this long (0: no limit)", &C::max_minutes, true},
       {"attention", "attention", "softmax, nala, nala-relu, elu, relu, focused (default: the model's)", &C::attention, false},
@@ -174,6 +176,7 @@ void validate(const TrainConfig& c) {
   if (c.log_every <= 0 || c.ckpt_every <= 0 || c.keep_last <= 0) bad("--log-every, --ckpt-every and --keep-last must be positive");
   if (c.image_size <= 0 || c.num_classes <= 0) bad("--image-size and --num-classes must be positive");
   if (c.max_minutes < 0) bad("--max-minutes must be >= 0");
+  if (!(c.bucket_mb > 0 && c.bucket_mb <= 4096)) bad("--bucket-mb must be in (0, 4096], got " + std::to_string(c.bucket_mb));
   if (c.sample_steps <= 0) bad("--sample-steps must be positive, got " + std::to_string(c.sample_steps));
   if (c.sample_cfg < 1) bad("--sample-cfg must be >= 1, got " + std::to_string(c.sample_cfg));
 }

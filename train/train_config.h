@@ -32,6 +32,10 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t log_every = 100, ckpt_every = 5000, keep_last = 3, sample_every = 0;
   int64_t workers = 4;
+  // data parallel: gradient buckets (MiB) all-reduced during the backward as they fill (false: all
+  // after the backward)
+  bool overlap_grads = true;
+  double bucket_mb = 25;
   int64_t max_nonfinite = 20;           // stop after this many skipped non-finite steps
   double max_minutes = 0;               // stop (and checkpoint) after this long; 0: no limit
   // model options

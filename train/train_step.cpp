@@ -51,7 +51,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
     : cfg_(cfg), model_(model), ema_(ema), pg_(pg), bf16_(bf16), rank_(pg ? pg->rank() : 0), world_(pg ? pg->world_size() : 1),
       trainable_(trainable_parameters(model)), opt_(trainable_, adamw_options(cfg)),
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
-      transport_(transport_config(cfg)) {}
+      transport_(transport_config(cfg)) {
+  if (pg && cfg.overlap_grads) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)));
+}
 
 StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y) {
   // This step's randomness is drawn for the whole global batch and each rank takes its rows (rank,
@@ -62,6 +64,7 @@ StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y
   auto mine = [&](const at::Tensor& all) { return world_ == 1 ? all : all.index_select(0, rows); };
   at::Tensor drop = mine((at::rand({G}, opts) < model_.config().class_dropout).to(at::kLong));  // label dropout, (B,)
   at::Tensor loss;
+  if (buckets_) buckets_->prepare();
   {
     AutocastScope ac(bf16_);
     auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model_.forward(xt, tt, y, drop); };
@@ -76,7 +79,8 @@ StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y
     }
   }
   loss.backward();
-  if (pg_) pg_->allreduce_mean_grads(trainable_);
+  if (buckets_) buckets_->finish();
+  else if (pg_) pg_->allreduce_mean_grads(trainable_, int64_t(cfg_.bucket_mb * (1 << 20)));
   std::vector<at::Tensor> gs;
   for (auto& p : trainable_)
     if (p.grad().defined()) gs.push_back(p.grad());
@@ -89,7 +93,7 @@ StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y
   if (pg_) found_inf = pg_->allreduce_max(found_inf);  // every rank skips together
   if (cfg_.grad_clip > 0) at::_foreach_mul_(gs, (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0));
   opt_.step(found_inf);  // skipped inside the fused kernel where found_inf is set
-  opt_.zero_grad();
+  if (!buckets_) opt_.zero_grad();  // the buckets are zeroed by the next prepare()
   const double decay = cfg_.ema_warmup ? std::min(cfg_.ema_decay, (1.0 + double(step)) / (10.0 + double(step))) : cfg_.ema_decay;
   update_ema(ema_.parameters(), model_.parameters(), decay);
   r.loss = at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1}));

@@ -1,9 +1,11 @@
 // One optimisation step of DiT train.py's recipe (docs/reference.md §4) on one process's share of
-// the global batch: the objective's loss under bf16 autocast on CUDA, backward, gradient all-reduce,
+// the global batch: the objective's loss under bf16 autocast on CUDA, backward with the gradient
+// all-reduce overlapped (train/grad_buckets.h) or after it,
 // optional clipping, AdamW (skipped inside the fused kernel where the loss or a gradient is not finite) and the
 // EMA update. Everything stays on the device; the host reads the loss back only at log steps.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +15,7 @@
 #include "models/dit.h"
 #include "train/adamw.h"
 #include "train/distributed.h"
+#include "train/grad_buckets.h"
 #include "train/train_config.h"
 
 namespace nala::train {
@@ -31,6 +34,7 @@ class TrainStep {
   // them) and returns a NaN loss, which the trainer counts.
   StepResult run(int64_t step, const at::Tensor& x, const at::Tensor& y);
   AdamW& optimizer() { return opt_; }
+  const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null unless overlapped data parallel
 
  private:
   const TrainConfig& cfg_;
@@ -41,6 +45,7 @@ class TrainStep {
   int64_t rank_, world_;
   std::vector<at::Tensor> trainable_;
   AdamW opt_;
+  std::unique_ptr<GradBuckets> buckets_;  // overlapped all-reduce (data parallel with --overlap-grads)
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
 };

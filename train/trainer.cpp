@@ -156,6 +156,12 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
     const bool log_now = (step + 1) % cfg.log_every == 0 || step + 1 == cfg.steps;
     StepResult r = train_step.run(step, x, y);
     window_losses.push_back(r.loss);
+    if (main_rank && step == st.step && pg) {
+      const GradBuckets* gb = train_step.grad_buckets();
+      if (gb) std::cerr << "data parallel: " << gb->bucket_count() << " gradient bucket(s) of about " << cfg.bucket_mb << " MiB, "
+                        << gb->started_during_backward() << " of them all-reduced during the backward\n";
+      else std::cerr << "data parallel: gradients all-reduced after the backward (--overlap-grads false)\n";
+    }
     ++step;
     st.step = step;
     st.images_seen += cfg.global_batch;
@@ -198,7 +204,10 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
     }
     const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() / 60;
     bool stop = g_stop_signal != 0 || (cfg.max_minutes > 0 && minutes >= cfg.max_minutes);
-    if (pg) stop = !pg->all_true(!stop);
+    // ranks agree on stopping every 10 steps (and at log steps): an agreement is a host sync, which
+    // every step would keep the host from queueing the next step while the device runs this one
+    if (pg && (step % 10 == 0 || log_now || step == cfg.steps)) stop = !pg->all_true(!stop);
+    else if (pg) stop = false;
     if (stop && !window_losses.empty()) flush_window();  // the partial window
     if (main_rank && (step % cfg.ckpt_every == 0 || step == cfg.steps || stop))
       save_checkpoint(out_dir, st, *model, *ema, train_step.optimizer(), objective, cfg.keep_last);

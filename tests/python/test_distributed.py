@@ -87,3 +87,59 @@ def test_resume_without_a_shared_file_system(tmp):
     assert len(b) == 9
     np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
     assert not (tmp / "rank1_9" / "checkpoints").exists()  # only rank 0 writes
+
+
+def train_two(out, port, *extra):
+    """Two ranks under one torchrun agent; returns its stderr."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", str(port), str(BUILD / "nala"), *ARGS, *extra,
+                        "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stderr
+
+
+def test_overlapped_all_reduce_equals_the_one_after_the_backward(tmp):
+    """Buckets all-reduced during the backward (small buckets, so there are many) give the same
+    weights, bit for bit, as one all-reduce after the backward: the same sums of the same numbers."""
+    err = train_two(tmp / "overlap", 29661, "--bucket-mb", "0.25")
+    line = next(l for l in err.splitlines() if l.startswith("data parallel:"))
+    print(line)
+    n_buckets, n_started = [int(w) for w in line.replace("(s)", "").split() if w.isdigit()][:2]
+    assert n_buckets >= 10 and n_started == n_buckets, line  # every bucket left before the backward ended
+    err = train_two(tmp / "after", 29663, "--overlap-grads", "false")
+    assert "after the backward (--overlap-grads false)" in err
+    wa = load_file(tmp / "overlap" / "checkpoints" / "0000006" / "model.safetensors")
+    wb = load_file(tmp / "after" / "checkpoints" / "0000006" / "model.safetensors")
+    oa = load_file(tmp / "overlap" / "checkpoints" / "0000006" / "optimizer.safetensors")
+    ob = load_file(tmp / "after" / "checkpoints" / "0000006" / "optimizer.safetensors")
+    assert wa.keys() == wb.keys() and oa.keys() == ob.keys()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k], err_msg=k)
+    for k in oa:
+        np.testing.assert_array_equal(oa[k], ob[k], err_msg=k)
+    assert losses(tmp / "overlap") == losses(tmp / "after")
+
+
+def two_nodes(out, ports, *extra):
+    """Two torchrun agents, --nnodes 2, one process each, on loopback: what two machines run."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([*torchrun(), "--nnodes", "2", "--node-rank", str(r), "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                               "--master-port", str(ports), str(BUILD / "nala"), *ARGS, *extra, "--out", str(out / f"node{r}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    return out / "node0"
+
+
+def test_two_node_launch_trains_and_resumes(tmp):
+    """torchrun --nnodes 2 --node-rank 0|1 on one machine: trains 6 steps, then resumes to 9, equal
+    to one process training 9 steps."""
+    run("nala", *ARGS, "--steps", "9", "--out", tmp / "one")
+    two_nodes(tmp, 29665, "--steps", "6")
+    node0 = two_nodes(tmp, 29667, "--steps", "9")
+    a, b = np.array(losses(tmp / "one")), np.array(losses(node0))
+    print("1 process, 9 steps:", a.round(6), "\n2 nodes, 6 steps then resumed to 9:", b.round(6))
+    assert len(b) == 9
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    assert not (tmp / "node1" / "checkpoints").exists()  # only the global rank 0 writes
