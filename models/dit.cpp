@@ -1,5 +1,6 @@
 #include "models/dit.h"
 #include "models/guidance.h"
+#include "models/block_ops.h"
 
 #include <cmath>
 
@@ -64,10 +65,6 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
 at::Tensor Mlp::forward(const at::Tensor& x) { return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh")); }
 
 namespace {
-// x·(1 + scale) + shift, broadcast over tokens (DiT models.py:19-20)
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
-}
 torch::nn::LayerNorm plain_layer_norm(int64_t d) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).elementwise_affine(false).eps(1e-6));
 }
@@ -84,8 +81,10 @@ DiTBlock::DiTBlock(const ModelConfig& c) {
 
 at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
-  at::Tensor h = x + m[2].unsqueeze(1) * attn->forward(modulate(norm1->forward(x), m[0], m[1]), grid_h, grid_w);  // (N, T, D)
-  return h + m[5].unsqueeze(1) * mlp->forward(modulate(norm2->forward(h), m[3], m[4]));                         // (N, T, D)
+  // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); models/block_ops.h fuses the chains
+  const double eps = norm1->options.eps();
+  at::Tensor h = gated_residual(x, m[2], attn->forward(layer_norm_modulate(x, m[0], m[1], eps), grid_h, grid_w));  // (N, T, D)
+  return gated_residual(h, m[5], mlp->forward(layer_norm_modulate(h, m[3], m[4], eps)));                          // (N, T, D)
 }
 
 FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
@@ -96,7 +95,7 @@ FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
 
 at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
   auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
-  return attention::linear(linear, modulate(norm_final->forward(x), m[0], m[1]));  // (N, T, p·p·outC)
+  return attention::linear(linear, layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
 }
 
 PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) {

@@ -1,0 +1,27 @@
+// The DiT block's element-wise chains as single operations with their own backward:
+//   layer_norm_modulate(x, shift, scale) = LayerNorm(x) · (1 + scale) + shift   (DiT models.py:19-20)
+//   gated_residual(x, gate, y)           = x + gate · y                         (DiT models.py:117-118)
+// with shift, scale, gate (N, D) broadcast over the T tokens of x, y (N, T, D). On CUDA they run the
+// fused kernels of models/cuda/ (one pass each way instead of LayerNorm, float32 mul/add and a cast
+// to bf16 under autocast, and the same again backward); on the CPU, and for tensors the kernels do
+// not take, the same formulas in ATen ops, which CI tests against autograd of the plain
+// composition. NALA_FUSED_BLOCKS=0 (or set_fused_block_ops(false)) runs the plain composition
+// instead, on every device: the unfused reference path.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace nala::models {
+
+// Under CUDA autocast the result is in the autocast dtype (what the next GEMM reads), else in x's dtype.
+at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+// The result has the type of x + gate·y (x's dtype for a float32 residual stream).
+at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
+
+// The plain compositions (the reference path; what the fused path must equal).
+at::Tensor layer_norm_modulate_reference(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+at::Tensor gated_residual_reference(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
+
+bool fused_block_ops();          // NALA_FUSED_BLOCKS: 1 (default) or 0; any other value is an error
+void set_fused_block_ops(bool on);
+
+}  // namespace nala::models

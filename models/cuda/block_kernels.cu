@@ -1,0 +1,352 @@
+// Fused DiT block kernels: LayerNorm + adaLN modulate, and the gated residual, forward and
+// backward. One warp a row (a token's D channels); a lane holds 4·NV channels in registers. The
+// backward kernels also sum the per-sample vectors' gradients over tokens: each block sums its
+// chunk of one sample's tokens and writes one partial (no atomics: deterministic).
+// CPU counterpart and formulas: models/block_ops.cpp.
+#include "models/cuda/block_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace nala::models::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // warps a block
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel ") + what + " failed to launch: " + cudaGetErrorString(e));
+}
+
+// ---- 4 consecutive elements to and from float ----
+__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&v)[4]) {
+  const uint2 a = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.y));
+  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+}
+__device__ __forceinline__ void load4(const __half* p, float (&v)[4]) {
+  const uint2 a = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&a.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&a.y));
+  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+}
+__device__ __forceinline__ void store4(float* p, const float (&v)[4]) { *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&v)[4]) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+  uint2 a;
+  a.x = *reinterpret_cast<const unsigned*>(&lo);
+  a.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(p) = a;
+}
+__device__ __forceinline__ void store4(__half* p, const float (&v)[4]) {
+  const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+  uint2 a;
+  a.x = *reinterpret_cast<const unsigned*>(&lo);
+  a.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(p) = a;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
+// the block's partial for sample n, chunk c.
+__device__ __forceinline__ void write_partial(const float* sm, float* part, int64_t n, int c, int chunks, int D) {
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float s = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += sm[w * D + d];
+    part[(n * chunks + c) * D + d] = s;
+  }
+}
+
+// ---- LayerNorm + modulate ----
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
+                                                                 const float* __restrict__ scale, TO* __restrict__ out,
+                                                                 float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                                                 int64_t rows, int64_t T, int D, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int D4 = D / 4;
+  const int64_t n = row / T;
+  float v[NV][4];
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D4) {
+      load4(x + row * D + 4 * c, v[j]);
+      s += v[j][0] + v[j][1] + v[j][2] + v[j][3];
+    }
+  }
+  const float mean = warp_sum(s) / float(D);
+  float q = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float d = v[j][e] - mean;
+        q += d * d;
+      }
+  const float rstd = rsqrtf(warp_sum(q) / float(D) + eps);  // biased variance, as nn.LayerNorm
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D4) {
+      float sc[4], sh[4], o[4];
+      load4(scale + n * D + 4 * c, sc);
+      load4(shift + n * D + 4 * c, sh);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = (v[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
+      store4(out + row * D + 4 * c, o);
+    }
+  }
+  if (mean_out && lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
+// dshift = Σ_T dout (models/block_ops.cpp derives them).
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
+                                                                 const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
+                                                                 const float* __restrict__ scale, TX* __restrict__ dx,
+                                                                 float* __restrict__ dscale_part, float* __restrict__ dshift_part,
+                                                                 int64_t T, int D, int rows_per_chunk, int chunks) {
+  extern __shared__ float sm[];  // (kWarps, D)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = blockIdx.y;
+  const int chunk = blockIdx.x;
+  const int D4 = D / 4;
+  float acc_scale[NV][4] = {}, acc_shift[NV][4] = {};
+  float sc[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) load4(scale + n * D + 4 * (lane + 32 * j), sc[j]);
+  const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
+  for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
+    const int64_t row = n * T + t;
+    const float mu = mean_in[row], r = rstd_in[row];
+    float xh[NV][4], g[NV][4];
+    float sg = 0, sgx = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float dy[4];
+        load4(x + row * D + 4 * c, xh[j]);
+        load4(dout + row * D + 4 * c, dy);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          xh[j][e] = (xh[j][e] - mu) * r;
+          g[j][e] = dy[e] * (1.0f + sc[j][e]);
+          sg += g[j][e];
+          sgx += g[j][e] * xh[j][e];
+          acc_scale[j][e] += dy[e] * xh[j][e];
+          acc_shift[j][e] += dy[e];
+        }
+      }
+    }
+    const float mg = warp_sum(sg) / float(D), mgx = warp_sum(sgx) / float(D);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = r * (g[j][e] - mg - xh[j][e] * mgx);
+        store4(dx + row * D + 4 * c, o);
+      }
+    }
+  }
+  // per-sample sums over this chunk's tokens: warps' partials through shared memory, in warp order
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_scale[j]);
+  __syncthreads();
+  write_partial(sm, dscale_part, n, chunk, chunks, D);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_shift[j]);
+  __syncthreads();
+  write_partial(sm, dshift_part, n, chunk, chunks, D);
+}
+
+// ---- gated residual ----
+template <typename TX, typename TY>
+__global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restrict__ y, const float* __restrict__ gate, TX* __restrict__ out,
+                                   int64_t vecs, int64_t T, int D) {
+  const int D4 = D / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vecs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / D4;
+    const int c = int(i - row * D4);
+    float a[4], b[4], g[4];
+    load4(x + 4 * i, a);
+    load4(y + 4 * i, b);
+    load4(gate + (row / T) * D + 4 * c, g);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[e] += g[e] * b[e];
+    store4(out + 4 * i, a);
+  }
+}
+
+template <typename TX, typename TY, int NV>
+__global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __restrict__ dout, const TY* __restrict__ y,
+                                                                    const float* __restrict__ gate, TY* __restrict__ dy,
+                                                                    float* __restrict__ dgate_part, int64_t T, int D, int rows_per_chunk,
+                                                                    int chunks) {
+  extern __shared__ float sm[];  // (kWarps, D)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = blockIdx.y;
+  const int chunk = blockIdx.x;
+  const int D4 = D / 4;
+  float acc[NV][4] = {}, gv[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) load4(gate + n * D + 4 * (lane + 32 * j), gv[j]);
+  const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
+  for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
+    const int64_t row = n * T + t;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float d[4], b[4], o[4];
+        load4(dout + row * D + 4 * c, d);
+        load4(y + row * D + 4 * c, b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[e] = d[e] * gv[j][e];
+          acc[j][e] += d[e] * b[e];
+        }
+        store4(dy + row * D + 4 * c, o);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc[j]);
+  __syncthreads();
+  write_partial(sm, dgate_part, n, chunk, chunks, D);
+}
+
+// ---- dispatch ----
+template <DType> struct Ty;
+template <> struct Ty<DType::F32> { using T = float; };
+template <> struct Ty<DType::F16> { using T = __half; };
+template <> struct Ty<DType::BF16> { using T = __nv_bfloat16; };
+
+// channels a lane holds / 4; the smallest that covers D
+int lane_vectors(int D) {
+  const int D4 = D / 4;
+  for (int nv : {3, 6, 9, 12})
+    if (D4 <= 32 * nv) return nv;
+  return 0;
+}
+
+template <typename F>
+void with_nv(int D, F&& f) {
+  switch (lane_vectors(D)) {
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    case 12: f(std::integral_constant<int, 12>{}); break;
+    default: throw std::runtime_error("fused block kernels: D = " + std::to_string(D) + " is not supported (D % 4 == 0, D <= 1536)");
+  }
+}
+
+// The type pairs built: (first, second) = (x, out) for LayerNorm + modulate, (x, y) for the residual.
+template <typename F>
+void with_types(DType a, DType b, const char* what, F&& f) {
+  using A = DType;
+  if (a == A::F32 && b == A::F32) f(Ty<A::F32>{}, Ty<A::F32>{});
+  else if (a == A::F32 && b == A::BF16) f(Ty<A::F32>{}, Ty<A::BF16>{});
+  else if (a == A::F32 && b == A::F16) f(Ty<A::F32>{}, Ty<A::F16>{});
+  else if (a == A::BF16 && b == A::BF16) f(Ty<A::BF16>{}, Ty<A::BF16>{});
+  else if (a == A::F16 && b == A::F16) f(Ty<A::F16>{}, Ty<A::F16>{});
+  else throw std::runtime_error(std::string("fused block kernel ") + what + ": unsupported dtype pair");
+}
+
+bool pair_supported(DType a, DType b) { return a == b || a == DType::F32; }
+
+}  // namespace
+
+bool layer_norm_modulate_supported(DType x, DType out, int D) { return pair_supported(x, out) && D % 4 == 0 && lane_vectors(D) > 0; }
+bool gated_residual_supported(DType x, DType y, int D) { return pair_supported(x, y) && D % 4 == 0 && lane_vectors(D) > 0; }
+
+void launch_layer_norm_modulate_forward(const LayerNormModulateParams& p, void* stream) {
+  const int64_t rows = p.s.N * p.s.T;
+  const dim3 grid(unsigned((rows + kWarps - 1) / kWarps));
+  with_types(p.x_type, p.out_type, "layer_norm_modulate", [&](auto tx, auto to) {
+    using TX = typename decltype(tx)::T;
+    using TO = typename decltype(to)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      ln_modulate_fwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, 0, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.x), p.shift, p.scale, static_cast<TO*>(p.out), p.mean, p.rstd, rows, p.s.T, p.s.D, p.eps);
+    });
+  });
+  check_launch("layer_norm_modulate forward");
+}
+
+void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream) {
+  const dim3 grid(unsigned(p.s.chunks()), unsigned(p.s.N));
+  const size_t smem = size_t(kWarps) * p.s.D * sizeof(float);
+  with_types(p.x_type, p.out_type, "layer_norm_modulate", [&](auto tx, auto to) {
+    using TX = typename decltype(tx)::T;
+    using TO = typename decltype(to)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      ln_modulate_bwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
+          static_cast<const TO*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<TX*>(p.dx), p.dscale_part,
+          p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks());
+    });
+  });
+  check_launch("layer_norm_modulate backward");
+}
+
+void launch_gated_residual_forward(const GatedResidualParams& p, void* stream) {
+  const int64_t vecs = p.s.N * p.s.T * (p.s.D / 4);
+  const int threads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((vecs + threads - 1) / threads, 132 * 16));
+  with_types(p.x_type, p.y_type, "gated_residual", [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::T;
+    using TY = typename decltype(ty)::T;
+    gated_residual_fwd<TX, TY><<<blocks, threads, 0, cudaStream_t(stream)>>>(static_cast<const TX*>(p.x), static_cast<const TY*>(p.y), p.gate,
+                                                                             static_cast<TX*>(p.out), vecs, p.s.T, p.s.D);
+  });
+  check_launch("gated_residual forward");
+}
+
+void launch_gated_residual_backward(const GatedResidualParams& p, void* stream) {
+  const dim3 grid(unsigned(p.s.chunks()), unsigned(p.s.N));
+  const size_t smem = size_t(kWarps) * p.s.D * sizeof(float);
+  with_types(p.x_type, p.y_type, "gated_residual", [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::T;
+    using TY = typename decltype(ty)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      gated_residual_bwd<TX, TY, decltype(nv)::value><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.dout), static_cast<const TY*>(p.y), p.gate, static_cast<TY*>(p.dy), p.dgate_part, p.s.T, p.s.D,
+          p.s.rows_per_chunk, p.s.chunks());
+    });
+  });
+  check_launch("gated_residual backward");
+}
+
+}  // namespace nala::models::cuda

@@ -1,0 +1,173 @@
+// The fused DiT block kernels (models/cuda/) against float64 truth and against the plain ATen
+// composition run on the GPU in the same dtypes: fp32 within 1e-5 relative; bf16/fp16 within 2x of
+// the composition's own error (+ a floor of one rounding). Forward and backward, awkward sizes,
+// the adaLN chunks as strided views, bitwise repeatable; then a whole DiT-S/2 step fused vs unfused.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "models/block_ops.h"
+#include "models/cuda/block_cuda.h"
+#include "models/dit.h"
+
+using namespace nala::models;
+
+namespace {
+
+double rel(const at::Tensor& a, const at::Tensor& ref) {
+  at::Tensor r = ref.to(at::kDouble).cpu();
+  return (a.to(at::kDouble).cpu() - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
+}
+
+struct Autocast {
+  bool on;
+  explicit Autocast(bool enable) : on(enable) {
+    if (!on) return;
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  ~Autocast() {
+    if (on) at::autocast::set_autocast_enabled(at::kCUDA, false);
+  }
+};
+
+struct Outs {
+  at::Tensor out, dx, da, db;
+};
+
+// op(x, a, b) with a, b chunks of one (N, 6D) tensor (the adaLN layout); backward of <out, w>
+template <typename F>
+Outs run(F op, const at::Tensor& x0, const at::Tensor& ab0, const at::Tensor& w, bool autocast) {
+  at::Tensor x = x0.detach().clone().requires_grad_(true), ab = ab0.detach().clone().requires_grad_(true);
+  const int64_t D = x.size(2);
+  at::Tensor out;
+  {
+    Autocast ac(autocast);
+    out = op(x, ab.narrow(1, 0, D), ab.narrow(1, 2 * D, D));
+  }
+  (out.to(at::kFloat) * w.to(at::kFloat)).sum().backward();
+  at::Tensor g = ab.grad();
+  return {out.detach(), x.grad(), g.narrow(1, 0, D), g.narrow(1, 2 * D, D)};
+}
+
+struct Case {
+  const char* name;
+  at::ScalarType x, mod;  // x's dtype; adaLN output's (and the branch's) dtype
+  bool autocast;
+};
+
+void check(const char* what, const Outs& fused, const Outs& plain, const Outs& truth, double floor_err, double fp32_tol, bool fp32) {
+  const char* names[] = {"out", "dx", "d(first)", "d(second)"};
+  const at::Tensor* f[] = {&fused.out, &fused.dx, &fused.da, &fused.db};
+  const at::Tensor* p[] = {&plain.out, &plain.dx, &plain.da, &plain.db};
+  const at::Tensor* t[] = {&truth.out, &truth.dx, &truth.da, &truth.db};
+  for (int i = 0; i < 4; ++i) {
+    const double ef = rel(*f[i], *t[i]), ep = rel(*p[i], *t[i]);
+    std::printf("  %-34s %-9s fused err %.2e  composition err %.2e\n", what, names[i], ef, ep);
+    if (fp32) EXPECT_LT(ef, fp32_tol) << what << " " << names[i];
+    else EXPECT_LE(ef, 2 * ep + floor_err) << what << " " << names[i];
+  }
+}
+
+class BlockKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+    set_fused_block_ops(true);
+  }
+};
+
+}  // namespace
+
+TEST_F(BlockKernels, LayerNormModulateAndGatedResidual) {
+  const Case cases[] = {{"fp32", at::kFloat, at::kFloat, false},
+                        {"autocast (fp32 x, bf16 out)", at::kFloat, at::kBFloat16, true},
+                        {"bf16", at::kBFloat16, at::kBFloat16, false},
+                        {"fp16", at::kHalf, at::kHalf, false}};
+  for (auto [N, T, D] : {std::tuple{4, 256, 384}, std::tuple{3, 37, 1152}, std::tuple{2, 5, 72}, std::tuple{1, 300, 1536}}) {
+    torch::manual_seed(N * 1000 + D);
+    at::Tensor x64 = at::randn({N, T, D}, at::kDouble) * 2 + 0.5, ab64 = at::randn({N, 6 * D}, at::kDouble) * 0.5;
+    at::Tensor w64 = at::randn({N, T, D}, at::kDouble), y64 = at::randn({N, T, D}, at::kDouble);
+    for (const Case& c : cases) {
+      const auto cu = at::TensorOptions().device(at::kCUDA);
+      at::Tensor x = x64.to(cu.dtype(c.x)), ab = ab64.to(cu.dtype(c.mod)), w = w64.to(cu.dtype(at::kFloat)), y = y64.to(cu.dtype(c.mod));
+      // the truth: these very (rounded) inputs in float64
+      auto d = [](const at::Tensor& t) { return t.to(at::kDouble).cpu(); };
+      char what[96];
+      std::snprintf(what, sizeof what, "LN+modulate %dx%dx%d %s", N, T, D, c.name);
+      {
+        auto fused = [](const auto& x, const auto& s, const auto& c) { return layer_norm_modulate(x, s, c, 1e-6); };
+        auto plain = [](const auto& x, const auto& s, const auto& c) { return layer_norm_modulate_reference(x, s, c, 1e-6); };
+        Outs f = run(fused, x, ab, w, c.autocast), p = run(plain, x, ab, w, c.autocast), t = run(plain, d(x), d(ab), d(w), false);
+        if (c.autocast) EXPECT_EQ(f.out.scalar_type(), at::kBFloat16);  // what the next GEMM reads
+        Outs f2 = run(fused, x, ab, w, c.autocast);
+        EXPECT_TRUE(at::equal(f.out, f2.out) && at::equal(f.dx, f2.dx) && at::equal(f.da, f2.da) && at::equal(f.db, f2.db)) << what << ": not repeatable";
+        check(what, f, p, t, c.x == at::kFloat && c.mod == at::kFloat ? 0 : 8e-3, 1e-5, c.mod == at::kFloat);
+      }
+      std::snprintf(what, sizeof what, "gated residual %dx%dx%d %s", N, T, D, c.name);
+      {
+        // x, gate (a strided chunk of adaLN's output) and the branch output y, each a leaf
+        auto go = [&](bool use_fused, const at::Tensor& x0, const at::Tensor& g0, const at::Tensor& y0, const at::Tensor& w0) {
+          at::Tensor xx = x0.detach().clone().requires_grad_(true), gg = g0.detach().clone().requires_grad_(true), yy = y0.detach().clone().requires_grad_(true);
+          at::Tensor o = use_fused ? gated_residual(xx, gg, yy) : gated_residual_reference(xx, gg, yy);
+          (o.to(at::kFloat) * w0.to(o.device()).to(at::kFloat)).sum().backward();
+          return Outs{o.detach(), xx.grad(), gg.grad(), yy.grad()};
+        };
+        at::Tensor gate = ab.narrow(1, 2 * D, D);  // a strided view, as adaLN's chunk
+        Outs f = go(true, x, gate, y, w), p = go(false, x, gate, y, w), t = go(false, d(x), d(gate), d(y), d(w));
+        Outs f2 = go(true, x, gate, y, w);
+        EXPECT_TRUE(at::equal(f.out, f2.out) && at::equal(f.da, f2.da) && at::equal(f.db, f2.db)) << what << ": not repeatable";
+        check(what, f, p, t, c.x == at::kFloat && c.mod == at::kFloat ? 0 : 8e-3, 1e-6, c.mod == at::kFloat);
+      }
+    }
+  }
+}
+
+TEST_F(BlockKernels, DiTStepFusedEqualsUnfused) {
+  // a DiT-S/2 (the NaLa variant too) forward + backward on a batch, bf16 autocast and fp32: the
+  // fused path against the plain composition (NALA_FUSED_BLOCKS=0), loss and every gradient
+  for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
+    ModelConfig mc = model_config(name);
+    mc.input_size = 32;
+    mc.in_channels = 4;
+    mc.num_classes = 10;
+    torch::manual_seed(7);
+    DiT model(mc);
+    model.to(at::kCUDA);
+    {  // non-zero adaLN and final layers, so every path carries signal
+      torch::NoGradGuard ng;
+      for (auto& p : model.parameters()) p.add_(at::randn_like(p) * 0.02);
+    }
+    at::Tensor x = at::randn({8, 4, 32, 32}, at::kCUDA), t = at::randint(0, 1000, {8}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong));
+    at::Tensor y = at::randint(0, 10, {8}, at::TensorOptions().device(at::kCUDA).dtype(at::kLong)), w = at::randn({8, 8, 32, 32}, at::kCUDA);
+    for (bool bf16 : {false, true}) {
+      auto step = [&](bool fused) {
+        set_fused_block_ops(fused);
+        model.zero_grad();
+        at::Tensor out;
+        {
+          Autocast ac(bf16);
+          out = model.forward(x, t, y);
+        }
+        at::Tensor loss = (out.to(at::kFloat) * w).mean();
+        loss.backward();
+        std::vector<at::Tensor> g;
+        for (auto& p : model.parameters())
+          if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
+        return std::pair{out.detach().to(at::kFloat), at::cat(g)};
+      };
+      auto [of, gf] = step(true);
+      auto [op, gp] = step(false);
+      const double eo = rel(of, op), eg = rel(gf, gp);
+      std::printf("  %s %s: output rel L2 %.2e, gradients rel L2 %.2e (fused vs unfused)\n", name, bf16 ? "bf16 autocast" : "fp32", eo, eg);
+      EXPECT_LT(eo, bf16 ? 2e-2 : 1e-5) << name;
+      EXPECT_LT(eg, bf16 ? 5e-2 : 1e-4) << name;
+    }
+  }
+  set_fused_block_ops(true);
+}
