@@ -7,6 +7,7 @@
 #include "attention/linear.h"
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
+#include "attention/split_heads.h"
 
 namespace nala::attention {
 
@@ -18,9 +19,9 @@ SoftmaxAttention::SoftmaxAttention(int64_t dim, int64_t heads) : heads_(heads) {
 
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
-  // unbind (not t[i]): its backward is one stack, not a zero-filled gradient per select
-  const auto t = linear(qkv, x).view({B, N, 3, heads_, d}).permute({2, 0, 3, 1, 4}).unbind(0);  // 3 × (B, H, N, d)
-  at::Tensor o = softmax_attention(t[0], t[1], t[2]);                                   // (B, H, N, d)
+  // strided views; the backward writes the projection's gradient in one pass (split_heads.h)
+  const auto t = split_heads(linear(qkv, x).view({B, N, 3, heads_, d}));              // 3 × (B, N, H, d)
+  at::Tensor o = softmax_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2));  // (B, H, N, d)
   return linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
 }
 
@@ -38,8 +39,8 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
-  // unbind (not select): its backward is one stack, not a zero-filled gradient per select
-  const auto t = linear(qkvg, x).view({B, N, 4, heads_, d}).unbind(2);   // 4 × (B, N, H, d) strided views
+  // strided views; the backward writes the projection's gradient in one pass (split_heads.h)
+  const auto t = split_heads(linear(qkvg, x).view({B, N, 4, heads_, d}));  // 4 × (B, N, H, d) strided views
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)

@@ -49,8 +49,9 @@ tensor_list layer_norm_modulate_backward_aten(const at::Tensor& dout_in, const a
 }
 
 struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
-                            int64_t out_dtype_int) {
+  // outputs: the modulated x, and x itself (see layer_norm_modulate_residual)
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
+                             int64_t out_dtype_int) {
     const auto out_dtype = at::ScalarType(out_dtype_int);
     const bool grad = x.requires_grad() || shift.requires_grad() || scale.requires_grad();
     at::Tensor out, mean, rstd;
@@ -70,22 +71,27 @@ struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
     if (grad) {
       ctx->save_for_backward({x, mean, rstd, scale});
       ctx->saved_data["shift_dtype"] = int64_t(shift.scalar_type());
+      ctx->saved_data["out_dtype"] = int64_t(out_dtype);
     }
-    return out;
+    return {out, x};
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3];
-    const at::Tensor& dout = grads[0];
+    const at::Tensor& dres = grads[1];  // the residual path's gradient (undefined where x was not used so)
+    const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(x, x.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
     tensor_list r;
 #ifdef NALA_WITH_CUDA
     if (cuda::layer_norm_modulate_supported(x, dout.scalar_type())) {
-      auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale);
+      auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale, dres);
       r = {dx, dshift, dscale};
     }
 #endif
-    if (r.empty()) r = layer_norm_modulate_backward_aten(dout, x, mean, rstd, scale);
+    if (r.empty()) {
+      r = layer_norm_modulate_backward_aten(dout, x, mean, rstd, scale);
+      if (dres.defined()) r[0] = r[0] + dres.to(r[0].scalar_type());
+    }
     const auto shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
     return {r[0], r[1].to(shift_dtype), r[2].to(scale.scalar_type()), at::Tensor(), at::Tensor()};
   }
@@ -148,7 +154,15 @@ at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, con
   if (!fused_block_ops()) return layer_norm_modulate_reference(x, shift, scale, eps);
   TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate: x must be (N, T, D) and shift, scale (N, D), got ",
               x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
-  return LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(result_dtype(x)));
+  return LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(result_dtype(x)))[0];
+}
+
+ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  if (!fused_block_ops()) return {layer_norm_modulate_reference(x, shift, scale, eps), x};
+  TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate: x must be (N, T, D) and shift, scale (N, D), got ",
+              x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
+  auto outs = LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(result_dtype(x)));
+  return {outs[0], outs[1]};
 }
 
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {

@@ -14,6 +14,13 @@ namespace nala::models {
 
 // Under CUDA autocast the result is in the autocast dtype (what the next GEMM reads), else in x's dtype.
 at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+// The same, and x itself as a second output to feed the residual path (gated_residual's x): autograd
+// then hands the residual's gradient to this op's backward, which adds it to ∂L/∂x in the same pass
+// instead of a separate float32 add.
+struct ModulatedAndResidual {
+  at::Tensor modulated, residual;
+};
+ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
 // The result has the type of x + gate·y (x's dtype for a float32 residual stream).
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
 

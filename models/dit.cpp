@@ -83,8 +83,10 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); models/block_ops.h fuses the chains
   const double eps = norm1->options.eps();
-  at::Tensor h = gated_residual(x, m[2], attn->forward(layer_norm_modulate(x, m[0], m[1], eps), grid_h, grid_w));  // (N, T, D)
-  return gated_residual(h, m[5], mlp->forward(layer_norm_modulate(h, m[3], m[4], eps)));                          // (N, T, D)
+  const auto a = layer_norm_modulate_residual(x, m[0], m[1], eps);                          // (N, T, D) ×2
+  const at::Tensor h = gated_residual(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w));  // (N, T, D)
+  const auto b = layer_norm_modulate_residual(h, m[3], m[4], eps);                          // (N, T, D) ×2
+  return gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
 }
 
 FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {

@@ -88,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const at::Tensor& mean,
-                                                                            const at::Tensor& rstd, const at::Tensor& scale) {
+                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in) {
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = rows(x_in), dout = rows(dout_in);
   LayerNormModulateParams p;
@@ -98,6 +98,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(cons
   const at::Tensor mu = mean.to(at::kFloat).contiguous(), rs = rstd.to(at::kFloat).contiguous();
   TORCH_CHECK(mu.numel() == p.s.N * p.s.T && rs.numel() == mu.numel(), "layer_norm_modulate backward: statistics of ", mu.numel(), " rows, expected ",
               p.s.N * p.s.T);
+  at::Tensor dres;
+  if (dres_in.defined()) {
+    dres = rows(dres_in.to(x.scalar_type()));
+    TORCH_CHECK(dres.sizes() == x.sizes(), "layer_norm_modulate backward: residual grad ", dres.sizes(), " vs x ", x.sizes());
+  }
   at::Tensor dx = at::empty_like(x);                                                   // (N, T, D)
   at::Tensor ds = at::empty({p.s.N, p.s.chunks(), p.s.D}, x.options().dtype(at::kFloat));  // (N, chunks, D)
   at::Tensor dh = at::empty_like(ds);
@@ -105,6 +110,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(cons
   p.out_type = dtype_of(dout);
   p.x = x.data_ptr();
   p.dout = dout.data_ptr();
+  p.dres = dres.defined() ? dres.data_ptr() : nullptr;
   p.mean = const_cast<float*>(mu.data_ptr<float>());
   p.rstd = const_cast<float*>(rs.data_ptr<float>());
   p.scale = sc.data_ptr<float>();

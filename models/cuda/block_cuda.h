@@ -13,9 +13,9 @@ bool layer_norm_modulate_supported(const at::Tensor& x, at::ScalarType out_dtype
 // save_stats, mean and rstd (N, T, 1) float32.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
                                                                            double eps, at::ScalarType out_dtype, bool save_stats);
-// Returns dx (x's dtype), dshift, dscale (N, D) float32.
+// Returns dx (x's dtype, plus dres where defined), dshift, dscale (N, D) float32.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout, const at::Tensor& x, const at::Tensor& mean,
-                                                                            const at::Tensor& rstd, const at::Tensor& scale);
+                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres);
 
 bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y);
 // x, y (N, T, D); gate (N, D). Returns x + gate·y in x's dtype.

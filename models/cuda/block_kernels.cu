@@ -123,11 +123,11 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restr
 }
 
 // x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
-// dshift = Σ_T dout (models/block_ops.cpp derives them).
+// dshift = Σ_T dout (models/block_ops.cpp derives them); dres, where given, is added to dx.
 template <typename TX, typename TO, int NV>
 __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
                                                                  const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
-                                                                 const float* __restrict__ scale, TX* __restrict__ dx,
+                                                                 const float* __restrict__ scale, const TX* __restrict__ dres, TX* __restrict__ dx,
                                                                  float* __restrict__ dscale_part, float* __restrict__ dshift_part,
                                                                  int64_t T, int D, int rows_per_chunk, int chunks) {
   extern __shared__ float sm[];  // (kWarps, D)
@@ -172,6 +172,12 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
         float o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[e] = r * (g[j][e] - mg - xh[j][e] * mgx);
+        if (dres) {
+          float a[4];
+          load4(dres + row * D + 4 * c, a);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[e] += a[e];
+        }
         store4(dx + row * D + 4 * c, o);
       }
     }
@@ -314,7 +320,7 @@ void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void*
     using TO = typename decltype(to)::T;
     with_nv(p.s.D, [&](auto nv) {
       ln_modulate_bwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
-          static_cast<const TO*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<TX*>(p.dx), p.dscale_part,
+          static_cast<const TO*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<const TX*>(p.dres), static_cast<TX*>(p.dx), p.dscale_part,
           p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks());
     });
   });

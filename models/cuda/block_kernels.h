@@ -1,6 +1,6 @@
 // Plain parameter structs of the fused DiT block kernels (no LibTorch types; models/cuda/
 // block_cuda.cpp checks every argument and fills them). Layouts, elements (not bytes):
-//   x, y, out, dout, dx, dy     (rows = N·T, D) contiguous, D % 4 == 0, 16-byte aligned starts
+//   x, y, out, dout, dres, dx, dy (rows = N·T, D) contiguous, D % 4 == 0, 16-byte aligned starts
 //   shift, scale, gate          (N, D) float32 contiguous: one vector per sample, broadcast over T
 //   mean, rstd                  (rows,) float32: LayerNorm statistics the forward saves
 //   dscale_part, dshift_part, dgate_part  (N, chunks, D) float32: per-chunk sums over the chunk's
@@ -33,6 +33,7 @@ struct LayerNormModulateParams {
   float* rstd = nullptr;
   // backward
   const void* dout = nullptr;
+  const void* dres = nullptr;  // may be null: a gradient reaching x by another path (the residual), added to dx
   void* dx = nullptr;
   float* dscale_part = nullptr;
   float* dshift_part = nullptr;

@@ -14,7 +14,7 @@ n=./build-device/nala
   echo
   for f in 0 1; do
     echo "### nala, NALA_FUSED_BLOCKS=$f"
-    NALA_FUSED_BLOCKS=$f $n bench sample --models DiT-XL/2 --batch 64 --measure 8
+    NALA_FUSED_BLOCKS=$f $n bench sample --models DiT-XL/2 --batch 64 --measure 8 --dtypes bf16
     echo
   done
   python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 8 --compile

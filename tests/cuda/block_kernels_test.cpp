@@ -14,6 +14,7 @@
 #include "models/block_ops.h"
 #include "models/cuda/block_cuda.h"
 #include "models/dit.h"
+#include "attention/split_heads.h"
 
 using namespace nala::models;
 
@@ -139,6 +140,7 @@ TEST_F(BlockKernels, DiTStepFusedEqualsUnfused) {
     torch::manual_seed(7);
     DiT model(mc);
     model.to(at::kCUDA);
+    model.eval();  // no label dropout: both passes see the same labels
     {  // non-zero adaLN and final layers, so every path carries signal
       torch::NoGradGuard ng;
       for (auto& p : model.parameters()) p.add_(at::randn_like(p) * 0.02);
@@ -170,4 +172,24 @@ TEST_F(BlockKernels, DiTStepFusedEqualsUnfused) {
     }
   }
   set_fused_block_ops(true);
+}
+
+TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
+  // the gather kernel against the CPU path (strided copies), bf16 and fp32, a part unused, the
+  // gradients in SDPA's (B, H, N, d) layout and in the projection's own
+  for (auto dt : {at::kBFloat16, at::kFloat}) {
+    for (int P : {3, 4}) {
+      at::Tensor t0 = at::randn({3, 37, P, 6, 64}, at::TensorOptions().dtype(dt).device(at::kCUDA));
+      auto run = [&](const at::Tensor& base) {
+        at::Tensor t = base.clone().requires_grad_(true);
+        auto parts = nala::attention::split_heads(t);
+        at::Tensor loss = (parts[0].transpose(1, 2).contiguous().to(at::kFloat) * 1.5).sum() + (parts[2].to(at::kFloat) * parts[2].to(at::kFloat)).sum();
+        if (P == 4) loss = loss + parts[3].to(at::kFloat).sum();
+        loss.backward();
+        return t.grad();
+      };
+      at::Tensor g_gpu = run(t0), g_cpu = run(t0.cpu());
+      EXPECT_TRUE(at::equal(g_gpu.cpu(), g_cpu)) << "P=" << P << " " << dt;
+    }
+  }
 }

@@ -127,3 +127,31 @@ TEST(BlockOps, SwitchAndErrors) {
     EXPECT_NE(std::string(e.what()).find("x must be (N, T, D)"), std::string::npos) << e.what();
   }
 }
+
+TEST(BlockOps, ResidualPassThroughAddsItsGradient) {
+  // x feeds LayerNorm + modulate and the residual: the fused op's second output carries the
+  // residual, and its backward adds that gradient to ∂L/∂x (one pass on CUDA) — equal to autograd
+  // summing the two paths of the composition
+  set_fused_block_ops(true);
+  torch::manual_seed(4);
+  auto o = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor x0 = at::randn({2, 9, 16}, o), ab0 = at::randn({2, 48}, o), w = at::randn({2, 9, 16}, o);
+  auto block = [&](bool fused) {
+    at::Tensor x = x0.clone().requires_grad_(true), ab = ab0.clone().requires_grad_(true);
+    at::Tensor shift = ab.narrow(1, 0, 16), scale = ab.narrow(1, 16, 16), gate = ab.narrow(1, 32, 16);
+    at::Tensor out;
+    if (fused) {
+      auto a = layer_norm_modulate_residual(x, shift, scale, 1e-6);
+      out = gated_residual(a.residual, gate, at::tanh(a.modulated));
+    } else {
+      out = gated_residual_reference(x, gate, at::tanh(layer_norm_modulate_reference(x, shift, scale, 1e-6)));
+    }
+    (out * w).sum().backward();
+    return std::tuple{out.detach(), x.grad(), ab.grad()};
+  };
+  auto [of, xf, af] = block(true);
+  auto [op, xp, ap] = block(false);
+  EXPECT_TRUE(at::equal(of, op));
+  EXPECT_LT(max_rel(xf, xp), 1e-12);
+  EXPECT_LT(max_rel(af, ap), 1e-12);
+}

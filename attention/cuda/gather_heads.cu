@@ -1,0 +1,47 @@
+// One pass from P strided (B, N, H, d) gradients into the contiguous (B, N, P, H, d) gradient of
+// the projection output they were split from: 16-byte vectors, one thread a vector, destination in
+// order (coalesced writes; each source row of d elements is one contiguous run).
+#include "attention/cuda/gather_heads.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace nala::attention::cuda {
+namespace {
+
+__global__ void gather_heads_kernel(GatherHeadsParams p, int64_t vecs, int vec_per_row) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= vecs) return;
+  // destination order: (b, n, part, h, vector in d)
+  int64_t r = i / vec_per_row;
+  const int v = int(i - r * vec_per_row);
+  const int h = int(r % p.H);
+  r /= p.H;
+  const int part = int(r % p.P);
+  r /= p.P;
+  const int n = int(r % p.N);
+  const int b = int(r / p.N);
+  uint4 val = make_uint4(0, 0, 0, 0);
+  const char* src = static_cast<const char*>(p.src[part]);
+  if (src) {
+    const int64_t off = (b * p.stride[part][0] + n * p.stride[part][1] + h * p.stride[part][2]) * p.element_size + int64_t(v) * 16;
+    val = *reinterpret_cast<const uint4*>(src + off);
+  }
+  reinterpret_cast<uint4*>(p.dst)[i] = val;
+}
+
+}  // namespace
+
+void launch_gather_heads(const GatherHeadsParams& p, void* stream) {
+  const int vec_per_row = p.d * p.element_size / 16;
+  const int64_t vecs = int64_t(p.B) * p.N * p.P * p.H * vec_per_row;
+  if (vecs == 0) return;
+  const int threads = 256;
+  gather_heads_kernel<<<unsigned((vecs + threads - 1) / threads), threads, 0, cudaStream_t(stream)>>>(p, vecs, vec_per_row);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel gather_heads failed to launch: ") + cudaGetErrorString(e));
+}
+
+}  // namespace nala::attention::cuda

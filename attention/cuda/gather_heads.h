@@ -1,0 +1,21 @@
+// Plain parameters of the head-gather kernel (attention/cuda/gather_heads.cu): the backward of
+// split_heads (attention/split_heads.h). It writes P gradients, each (B, N, H, d) with strides
+// (b, n, h) and unit stride along d (or absent: zeros), into one contiguous (B, N, P, H, d) tensor,
+// the layout of the projection they came from, in one pass.
+#pragma once
+#include <cstdint>
+
+namespace nala::attention::cuda {
+
+struct GatherHeadsParams {
+  static constexpr int kMaxParts = 4;
+  const void* src[kMaxParts] = {nullptr, nullptr, nullptr, nullptr};  // null: that part's gradient is zero
+  int64_t stride[kMaxParts][3] = {};                                  // (b, n, h) strides, elements
+  void* dst = nullptr;
+  int B = 0, N = 0, P = 0, H = 0, d = 0;
+  int element_size = 2;  // bytes; d·element_size and every stride·element_size a multiple of 16
+};
+
+void launch_gather_heads(const GatherHeadsParams& p, void* stream);
+
+}  // namespace nala::attention::cuda
