@@ -129,6 +129,38 @@ struct GatedResidualFn : torch::autograd::Function<GatedResidualFn> {
   }
 };
 
+struct BiasGeluFn : torch::autograd::Function<BiasGeluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, const at::Tensor& bias) {
+    at::Tensor out;
+#ifdef NALA_WITH_CUDA
+    if (cuda::bias_gelu_supported(y)) out = cuda::bias_gelu_forward(y, bias);
+#endif
+    if (!out.defined()) {
+      const at::ScalarType ct = y.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      out = at::gelu(y.to(ct) + bias.to(ct), "tanh").to(y.scalar_type());  // (..., F)
+    }
+    ctx->save_for_backward({y, bias});
+    return out;
+  }
+
+  // ∂L/∂y = ∂L/∂out · GELU'(y + b), ∂L/∂b = Σ_rows ∂L/∂y
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &y = saved[0], &bias = saved[1];
+    at::Tensor dy, db;
+#ifdef NALA_WITH_CUDA
+    if (cuda::bias_gelu_supported(y)) std::tie(dy, db) = cuda::bias_gelu_backward(grads[0], y, bias);
+#endif
+    if (!dy.defined()) {
+      const at::ScalarType ct = y.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      at::Tensor d = at::gelu_backward(grads[0].to(ct), y.to(ct) + bias.to(ct), "tanh");  // (..., F)
+      db = d.reshape({-1, d.size(-1)}).sum(0);
+      dy = d.to(y.scalar_type());
+    }
+    return {dy, db.to(bias.scalar_type())};
+  }
+};
+
 }  // namespace
 
 bool fused_block_ops() {
@@ -170,6 +202,19 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
   TORCH_CHECK(x.dim() == 3 && gate.dim() == 2 && y.sizes() == x.sizes(), "gated_residual: x, y must be (N, T, D) and gate (N, D), got ", x.sizes(),
               ", ", gate.sizes(), ", ", y.sizes());
   return GatedResidualFn::apply(x, gate, y);
+}
+
+}  // namespace nala::models
+
+namespace nala::models {
+
+at::Tensor bias_gelu_reference(const at::Tensor& y, const at::Tensor& bias) { return at::gelu(y + bias, "tanh"); }
+
+at::Tensor bias_gelu(const at::Tensor& y, const at::Tensor& bias) {
+  if (!fused_block_ops()) return bias_gelu_reference(y, bias);
+  TORCH_CHECK(bias.dim() == 1 && y.dim() >= 1 && y.size(-1) == bias.size(0), "bias_gelu: y (..., F) and bias (F,) expected, got ", y.sizes(), ", ",
+              bias.sizes());
+  return BiasGeluFn::apply(y, bias);
 }
 
 }  // namespace nala::models

@@ -1,6 +1,7 @@
 // The DiT block's element-wise chains as single operations with their own backward:
 //   layer_norm_modulate(x, shift, scale) = LayerNorm(x) · (1 + scale) + shift   (DiT models.py:19-20)
 //   gated_residual(x, gate, y)           = x + gate · y                         (DiT models.py:117-118)
+//   bias_gelu(y, b)                      = GELU_tanh(y + b)                      (fc1 + act of timm's Mlp)
 // with shift, scale, gate (N, D) broadcast over the T tokens of x, y (N, T, D). On CUDA they run the
 // fused kernels of models/cuda/ (one pass each way instead of LayerNorm, float32 mul/add and a cast
 // to bf16 under autocast, and the same again backward); on the CPU, and for tensors the kernels do
@@ -24,9 +25,14 @@ ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at:
 // The result has the type of x + gate·y (x's dtype for a float32 residual stream).
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
 
+// GELU_tanh(y + bias): fc1's bias joined to the activation, so that its backward also gives the
+// bias gradient (one pass instead of GELU backward + a column-sum reduction). The result has y's dtype.
+at::Tensor bias_gelu(const at::Tensor& y, const at::Tensor& bias);
+
 // The plain compositions (the reference path; what the fused path must equal).
 at::Tensor layer_norm_modulate_reference(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
 at::Tensor gated_residual_reference(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
+at::Tensor bias_gelu_reference(const at::Tensor& y, const at::Tensor& bias);
 
 bool fused_block_ops();          // NALA_FUSED_BLOCKS: 1 (default) or 0; any other value is an error
 void set_fused_block_ops(bool on);

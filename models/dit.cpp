@@ -62,7 +62,11 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
   fc2 = register_module("fc2", torch::nn::Linear(hidden, dim));
 }
 
-at::Tensor Mlp::forward(const at::Tensor& x) { return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh")); }
+at::Tensor Mlp::forward(const at::Tensor& x) {
+  // on CUDA fc1's bias joins the GELU (models/block_ops.h); on the CPU the GEMM adds it, as before
+  if (x.is_cuda() && fused_block_ops()) return attention::linear(fc2, bias_gelu(at::linear(x, fc1->weight), fc1->bias));  // (N, T, D)
+  return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh"));                                            // (N, T, D)
+}
 
 namespace {
 torch::nn::LayerNorm plain_layer_norm(int64_t d) {

@@ -165,4 +165,46 @@ std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dou
   return {dy, sum_chunks(dg)};
 }
 
+bool bias_gelu_supported(const at::Tensor& y) {
+  DType a;
+  return y.is_cuda() && y.dim() >= 1 && y.numel() > 0 && y.size(-1) % 4 == 0 && kernel_dtype(y.scalar_type(), a);
+}
+
+namespace {
+BiasGeluParams bias_gelu_params(const at::Tensor& y, const at::Tensor& b) {
+  TORCH_CHECK(b.dim() == 1 && b.size(0) == y.size(-1), "bias_gelu: bias must be (", y.size(-1), ",), got ", b.sizes());
+  BiasGeluParams p;
+  p.F = int(y.size(-1));
+  p.rows = y.numel() / p.F;
+  p.y_type = dtype_of(y);
+  p.y = y.data_ptr();
+  p.bias = b.data_ptr<float>();
+  return p;
+}
+}  // namespace
+
+at::Tensor bias_gelu_forward(const at::Tensor& y_in, const at::Tensor& bias) {
+  c10::cuda::CUDAGuard guard(y_in.device());
+  const at::Tensor y = rows(y_in), b = rows(bias.to(at::kFloat));
+  BiasGeluParams p = bias_gelu_params(y, b);
+  at::Tensor out = at::empty_like(y);  // (..., F)
+  p.out = out.data_ptr();
+  launch_bias_gelu_forward(p, stream());
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& dout_in, const at::Tensor& y_in, const at::Tensor& bias) {
+  c10::cuda::CUDAGuard guard(y_in.device());
+  const at::Tensor y = rows(y_in), b = rows(bias.to(at::kFloat)), dout = rows(dout_in.to(y_in.scalar_type()));
+  TORCH_CHECK(dout.sizes() == y.sizes(), "bias_gelu backward: grad ", dout.sizes(), " vs y ", y.sizes());
+  BiasGeluParams p = bias_gelu_params(y, b);
+  at::Tensor dy = at::empty_like(y);                                              // (..., F)
+  at::Tensor part = at::empty({p.chunks(), p.F}, y.options().dtype(at::kFloat));  // (chunks, F)
+  p.dout = dout.data_ptr();
+  p.dy = dy.data_ptr();
+  p.dbias_part = part.data_ptr<float>();
+  launch_bias_gelu_backward(p, stream());
+  return {dy, part.sum(0)};
+}
+
 }  // namespace nala::models::cuda

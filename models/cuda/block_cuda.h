@@ -23,4 +23,10 @@ at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, c
 // Returns dy (y's dtype) and dgate (N, D) float32.
 std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y);
 
+bool bias_gelu_supported(const at::Tensor& y);
+// y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.
+at::Tensor bias_gelu_forward(const at::Tensor& y, const at::Tensor& bias);
+// Returns dy (y's dtype) and dbias (F,) float32.
+std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& dout, const at::Tensor& y, const at::Tensor& bias);
+
 }  // namespace nala::models::cuda

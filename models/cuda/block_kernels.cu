@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -254,6 +255,56 @@ __global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __re
   write_partial(sm, dgate_part, n, chunk, chunks, D);
 }
 
+// ---- bias + GELU (tanh approximation) ----
+// g(u) = ½u(1 + tanh(c(u + a·u³))), c = √(2/π), a = 0.044715 (Hendrycks & Gimpel 2016);
+// g'(u) = ½(1 + t) + ½u(1 − t²)·c(1 + 3a·u²), t = tanh(c(u + a·u³))
+__device__ __forceinline__ float gelu_tanh(float u) {
+  const float t = tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u));
+  return 0.5f * u * (1.0f + t);
+}
+__device__ __forceinline__ float gelu_tanh_grad(float u) {
+  const float t = tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u));
+  return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * u * u);
+}
+
+template <typename TY>
+__global__ void bias_gelu_fwd(const TY* __restrict__ y, const float* __restrict__ bias, TY* __restrict__ out, int64_t vecs, int F) {
+  const int F4 = F / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vecs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = int(i % F4);
+    float a[4], b[4];
+    load4(y + 4 * i, a);
+    load4(bias + 4 * c, b);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[e] = gelu_tanh(a[e] + b[e]);
+    store4(out + 4 * i, a);
+  }
+}
+
+// a thread owns 4 columns of one chunk of rows: its column sums need no shared memory
+template <typename TY>
+__global__ void bias_gelu_bwd(const TY* __restrict__ dout, const TY* __restrict__ y, const float* __restrict__ bias, TY* __restrict__ dy,
+                              float* __restrict__ dbias_part, int64_t rows, int F, int rows_per_chunk) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;  // vector column
+  if (c >= F / 4) return;
+  const int chunk = blockIdx.y;
+  float b[4], acc[4] = {0, 0, 0, 0};
+  load4(bias + 4 * c, b);
+  const int64_t r_end = rows < int64_t(chunk + 1) * rows_per_chunk ? rows : int64_t(chunk + 1) * rows_per_chunk;
+  for (int64_t r = int64_t(chunk) * rows_per_chunk; r < r_end; ++r) {
+    float d[4], u[4];
+    load4(dout + r * F + 4 * c, d);
+    load4(y + r * F + 4 * c, u);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      d[e] *= gelu_tanh_grad(u[e] + b[e]);
+      acc[e] += d[e];
+    }
+    store4(dy + r * F + 4 * c, d);
+  }
+  store4(dbias_part + int64_t(chunk) * F + 4 * c, acc);
+}
+
 // ---- dispatch ----
 template <DType> struct Ty;
 template <> struct Ty<DType::F32> { using T = float; };
@@ -292,6 +343,13 @@ void with_types(DType a, DType b, const char* what, F&& f) {
 }
 
 bool pair_supported(DType a, DType b) { return a == b || a == DType::F32; }
+
+template <typename F>
+void with_type(DType a, F&& f) {
+  if (a == DType::F32) f(Ty<DType::F32>{});
+  else if (a == DType::BF16) f(Ty<DType::BF16>{});
+  else f(Ty<DType::F16>{});
+}
 
 }  // namespace
 
@@ -353,6 +411,32 @@ void launch_gated_residual_backward(const GatedResidualParams& p, void* stream) 
     });
   });
   check_launch("gated_residual backward");
+}
+
+}  // namespace nala::models::cuda
+
+namespace nala::models::cuda {
+
+void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream) {
+  const int64_t vecs = p.rows * (p.F / 4);
+  const int threads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((vecs + threads - 1) / threads, 65536));
+  with_type(p.y_type, [&](auto ty) {
+    using TY = typename decltype(ty)::T;
+    bias_gelu_fwd<TY><<<blocks, threads, 0, cudaStream_t(stream)>>>(static_cast<const TY*>(p.y), p.bias, static_cast<TY*>(p.out), vecs, p.F);
+  });
+  check_launch("bias_gelu forward");
+}
+
+void launch_bias_gelu_backward(const BiasGeluParams& p, void* stream) {
+  const int threads = 128;
+  const dim3 grid(unsigned((p.F / 4 + threads - 1) / threads), unsigned(p.chunks()));
+  with_type(p.y_type, [&](auto ty) {
+    using TY = typename decltype(ty)::T;
+    bias_gelu_bwd<TY><<<grid, threads, 0, cudaStream_t(stream)>>>(static_cast<const TY*>(p.dout), static_cast<const TY*>(p.y), p.bias,
+                                                                  static_cast<TY*>(p.dy), p.dbias_part, p.rows, p.F, p.rows_per_chunk);
+  });
+  check_launch("bias_gelu backward");
 }
 
 }  // namespace nala::models::cuda

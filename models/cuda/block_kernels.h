@@ -53,6 +53,22 @@ struct GatedResidualParams {
   float* dgate_part = nullptr;
 };
 
+// out = GELU_tanh(y + bias)   (fc1 of the MLP, DiT models.py uses nn.GELU(approximate="tanh"))
+struct BiasGeluParams {
+  int64_t rows = 0;  // y viewed as (rows, F)
+  int F = 0;         // F % 4 == 0
+  int rows_per_chunk = 256;
+  int chunks() const { return int((rows + rows_per_chunk - 1) / rows_per_chunk); }
+  DType y_type = DType::BF16;  // out, dout and dy have y's type
+  const void* y = nullptr;
+  const float* bias = nullptr;  // (F,)
+  void* out = nullptr;
+  // backward: dy = dout · GELU'(y + bias), dbias = Σ_rows dy (partials (chunks, F) float32)
+  const void* dout = nullptr;
+  void* dy = nullptr;
+  float* dbias_part = nullptr;
+};
+
 // The (x, out) or (x, y) type pairs the kernels are built for; others use the ATen composition.
 bool layer_norm_modulate_supported(DType x, DType out, int D);
 bool gated_residual_supported(DType x, DType y, int D);
@@ -62,5 +78,7 @@ void launch_layer_norm_modulate_forward(const LayerNormModulateParams& p, void* 
 void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream);
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
 void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);
+void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream);
+void launch_bias_gelu_backward(const BiasGeluParams& p, void* stream);
 
 }  // namespace nala::models::cuda

@@ -155,3 +155,27 @@ TEST(BlockOps, ResidualPassThroughAddsItsGradient) {
   EXPECT_LT(max_rel(xf, xp), 1e-12);
   EXPECT_LT(max_rel(af, ap), 1e-12);
 }
+
+TEST(BlockOps, BiasGeluEqualsTheComposition) {
+  set_fused_block_ops(true);
+  torch::manual_seed(5);
+  auto o = at::TensorOptions().dtype(at::kDouble);
+  at::Tensor y0 = at::randn({2, 7, 24}, o) * 2, b0 = at::randn({24}, o), w = at::randn({2, 7, 24}, o);
+  auto run = [&](bool fused) {
+    at::Tensor y = y0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    at::Tensor out = fused ? bias_gelu(y, b) : bias_gelu_reference(y, b);
+    (out * w).sum().backward();
+    return std::tuple{out.detach(), y.grad(), b.grad()};
+  };
+  auto [of, yf, bf] = run(true);
+  auto [op, yp, bp] = run(false);
+  EXPECT_TRUE(at::allclose(of, op, 0, 1e-15));
+  EXPECT_LT(max_rel(yf, yp), 1e-12);
+  EXPECT_LT(max_rel(bf, bp), 1e-12);
+  // mixed: bf16 activations, float32 bias (autocast's GEMM output and the parameter)
+  at::Tensor yb = y0.to(at::kBFloat16).requires_grad_(true), bb = b0.to(at::kFloat).requires_grad_(true);
+  bias_gelu(yb, bb).to(at::kDouble).mul(w).sum().backward();
+  EXPECT_EQ(yb.grad().scalar_type(), at::kBFloat16);
+  EXPECT_EQ(bb.grad().scalar_type(), at::kFloat);
+  EXPECT_LT(max_rel(bb.grad(), bp), 2e-2);
+}
