@@ -281,7 +281,8 @@ __global__ void bias_gelu_fwd(const TY* __restrict__ y, const float* __restrict_
   }
 }
 
-// a thread owns 4 columns of one chunk of rows: its column sums need no shared memory
+// a thread owns 4 columns of one chunk of rows: its column sums need no shared memory; rows go 4
+// at a time, their loads issued together (memory-level parallelism)
 template <typename TY>
 __global__ void bias_gelu_bwd(const TY* __restrict__ dout, const TY* __restrict__ y, const float* __restrict__ bias, TY* __restrict__ dy,
                               float* __restrict__ dbias_part, int64_t rows, int F, int rows_per_chunk) {
@@ -290,17 +291,27 @@ __global__ void bias_gelu_bwd(const TY* __restrict__ dout, const TY* __restrict_
   const int chunk = blockIdx.y;
   float b[4], acc[4] = {0, 0, 0, 0};
   load4(bias + 4 * c, b);
-  const int64_t r_end = rows < int64_t(chunk + 1) * rows_per_chunk ? rows : int64_t(chunk + 1) * rows_per_chunk;
-  for (int64_t r = int64_t(chunk) * rows_per_chunk; r < r_end; ++r) {
-    float d[4], u[4];
-    load4(dout + r * F + 4 * c, d);
-    load4(y + r * F + 4 * c, u);
+  const int64_t r0 = int64_t(chunk) * rows_per_chunk;
+  const int64_t r_end = rows < r0 + rows_per_chunk ? rows : r0 + rows_per_chunk;
+  constexpr int U = 4;
+  for (int64_t r = r0; r < r_end; r += U) {
+    float d[U][4], u[U][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      d[e] *= gelu_tanh_grad(u[e] + b[e]);
-      acc[e] += d[e];
-    }
-    store4(dy + r * F + 4 * c, d);
+    for (int k = 0; k < U; ++k)
+      if (r + k < r_end) {
+        load4(dout + (r + k) * F + 4 * c, d[k]);
+        load4(y + (r + k) * F + 4 * c, u[k]);
+      }
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (r + k < r_end) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d[k][e] *= gelu_tanh_grad(u[k][e] + b[e]);
+          acc[e] += d[k][e];
+        }
+        store4(dy + (r + k) * F + 4 * c, d[k]);
+      }
   }
   store4(dbias_part + int64_t(chunk) * F + 4 * c, acc);
 }

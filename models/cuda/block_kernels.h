@@ -57,7 +57,7 @@ struct GatedResidualParams {
 struct BiasGeluParams {
   int64_t rows = 0;  // y viewed as (rows, F)
   int F = 0;         // F % 4 == 0
-  int rows_per_chunk = 256;
+  int rows_per_chunk = 64;
   int chunks() const { return int((rows + rows_per_chunk - 1) / rows_per_chunk); }
   DType y_type = DType::BF16;  // out, dout and dy have y's type
   const void* y = nullptr;
