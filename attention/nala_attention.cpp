@@ -22,6 +22,14 @@ void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, co
   TORCH_CHECK(q.size(2) > 0 && q.size(3) > 0, who, ": q has no tokens or zero head dim: ", q.sizes());
 }
 
+void check_options(const NalaOptions& opt, const char* who) {
+  TORCH_CHECK(opt.lambda >= 1.0, who, ": lambda must be >= 1 (the power's gradient at 0), got ", opt.lambda);
+  const bool nala_variant = opt.feature_map == FeatureMap::Nala || opt.feature_map == FeatureMap::NalaRelu;
+  TORCH_CHECK(!nala_variant || opt.lambda * opt.tau >= 1.0, who, ": the query power p = lambda*(tau + tanh n) must stay >= 1; ",
+              "lambda*tau = ", opt.lambda * opt.tau);
+  TORCH_CHECK(opt.eps > 0 && opt.eps_norm > 0, who, ": eps and eps_norm must be positive, got ", opt.eps, ", ", opt.eps_norm);
+}
+
 bool nala_cuda_kernels_available() {
 #ifdef NALA_WITH_CUDA
   return true;
@@ -93,11 +101,7 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
 
 at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt) {
   check_qkv(q, k, v, "nala_attention");
-  TORCH_CHECK(opt.lambda >= 1.0, "nala_attention: lambda must be >= 1 (the power's gradient at 0), got ", opt.lambda);
-  const bool nala_variant = opt.feature_map == FeatureMap::Nala || opt.feature_map == FeatureMap::NalaRelu;
-  TORCH_CHECK(!nala_variant || opt.lambda * opt.tau >= 1.0, "nala_attention: the query power p = lambda*(tau + tanh n) must stay >= 1; ",
-              "lambda*tau = ", opt.lambda * opt.tau);
-  TORCH_CHECK(opt.eps > 0 && opt.eps_norm > 0, "nala_attention: eps and eps_norm must be positive, got ", opt.eps, ", ", opt.eps_norm);
+  check_options(opt, "nala_attention");
   return NalaAttentionFunction::apply(q, k, v, opt);
 }
 

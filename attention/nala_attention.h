@@ -15,6 +15,9 @@ at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
 // Checks shapes, dtypes and devices with the tensor's name in the message; used by every path.
 void check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const char* who);
 
+// Checks the options (λ ≥ 1, λτ ≥ 1 for the nala variants, positive ε) with `who` in the message.
+void check_options(const NalaOptions& opt, const char* who);
+
 // True when nala_attention on this device runs a fused CUDA kernel (false on CPU).
 bool nala_cuda_kernels_available();
 
