@@ -3,8 +3,10 @@
 # (64 per GPU), Fashion-MNIST 32 px = 256 tokens (the token count of ImageNet 256 latents), on 1 GPU
 # and on every GPU of the machine under torchrun, the all-reduce overlapped with the backward and
 # (--overlap-grads false) after it. img/s: the mean of the metrics windows after the first.
+# Usage (a device_build.sh step): multigpu[:STEPS[:MODEL=PER_GPU,...]]
 out=$1
 steps=${2:-60}
+specs=${3:-DiT-S/2=256,NaLaDiT-S/2=256,DiT-XL/2=64}   # model=images per GPU, comma-separated
 n=./build-device/nala
 w=build-device/multigpu
 ngpu=$(nvidia-smi -L | wc -l)
@@ -12,8 +14,8 @@ mkdir -p "$w"
 table=$out/multigpu.md
 echo "| model | GPUs | all-reduce | global batch | img/s | scaling |" > "$table"
 echo "|---|---|---|---|---|---|" >> "$table"
-for spec in DiT-S/2:256 NaLaDiT-S/2:256 DiT-XL/2:64; do
-  model=${spec%%:*}; per_gpu=${spec##*:}
+for spec in ${specs//,/ }; do
+  model=${spec%%=*}; per_gpu=${spec##*=}
   tag=${model//\//_}
   base=""
   s=$steps; [ "$per_gpu" -lt 256 ] && s=$((steps / 2))
