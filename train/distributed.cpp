@@ -130,37 +130,6 @@ void ProcessGroup::wait_started(const char* what) {
   for (auto& w : works) wait(w, impl_->timeout, env_.rank, what);
 }
 
-void ProcessGroup::allreduce_mean_grads(const std::vector<at::Tensor>& params, int64_t bucket_bytes) {
-  // flat buckets, one all-reduce each
-  std::vector<at::Tensor> bucket;
-  int64_t bytes = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    at::Tensor flat = at::cat([&] {
-      std::vector<at::Tensor> v;
-      for (auto& g : bucket) v.push_back(g.reshape(-1));
-      return v;
-    }());
-    std::vector<at::Tensor> ts{flat};
-    wait(impl_->pg->allreduce(ts), impl_->timeout, env_.rank, "gradient all-reduce");
-    flat.div_(double(env_.world_size));
-    int64_t off = 0;
-    for (auto& g : bucket) {
-      g.copy_(flat.narrow(0, off, g.numel()).view_as(g));
-      off += g.numel();
-    }
-    bucket.clear();
-    bytes = 0;
-  };
-  for (const auto& p : params) {
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);  // every rank reduces the same tensors
-    bucket.push_back(p.grad());
-    bytes += p.grad().numel() * p.grad().element_size();
-    if (bytes >= bucket_bytes) flush();
-  }
-  flush();
-}
-
 double ProcessGroup::allreduce_mean_scalar(double v) {
   at::Tensor t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(impl_->device));
   std::vector<at::Tensor> ts{t};

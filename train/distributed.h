@@ -35,9 +35,6 @@ class ProcessGroup {
   int64_t rank() const { return env_.rank; }
   int64_t world_size() const { return env_.world_size; }
 
-  // Gradients summed over ranks and divided by the world size, through flat buckets of about
-  // bucket_bytes, after the whole backward (train/grad_buckets.h overlaps this with the backward).
-  void allreduce_mean_grads(const std::vector<at::Tensor>& params, int64_t bucket_bytes);
   // Starts a sum all-reduce of t in place and returns at once (on CUDA the collective runs on the
   // backend's stream after the work queued so far on the caller's stream); wait_started() waits for
   // every one started (on CUDA: the current stream waits, the host does not) and throws the clear

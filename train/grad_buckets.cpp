@@ -18,8 +18,8 @@ struct ReadyHook : torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
-GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, ProcessGroup& pg, int64_t bucket_bytes)
-    : params_(params), pg_(pg), views_(params.size()), bucket_of_(params.size()) {
+GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, ProcessGroup& pg, int64_t bucket_bytes, bool overlap)
+    : params_(params), pg_(pg), views_(params.size()), bucket_of_(params.size()), overlap_(overlap) {
   if (bucket_bytes <= 0) throw std::runtime_error("gradient bucket size must be positive, got " + std::to_string(bucket_bytes) + " bytes");
   // reverse order: the last layers' gradients are ready first
   std::vector<std::vector<size_t>> buckets;
@@ -47,11 +47,13 @@ GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, ProcessGroup& pg
     }
   }
   waiting_ = size_;
-  for (size_t k = 0; k < params_.size(); ++k) torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<ReadyHook>(this, k));
+  if (overlap_)
+    for (size_t k = 0; k < params_.size(); ++k) torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<ReadyHook>(this, k));
 }
 
 GradBuckets::~GradBuckets() {
-  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  if (overlap_)
+    for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
 }
 
 void GradBuckets::prepare() {
@@ -80,7 +82,7 @@ void GradBuckets::mark_ready(size_t k) {
 void GradBuckets::start(size_t b) { pg_.start_allreduce_sum(flat_[b]); }
 
 void GradBuckets::finish() {
-  while (next_ < flat_.size()) start(next_++);  // buckets with parameters that got no gradient
+  while (next_ < flat_.size()) start(next_++);  // every bucket without overlap; else those with parameters that got no gradient
   pg_.wait_started("gradient all-reduce");
   for (auto& f : flat_) f.div_(double(pg_.world_size()));
 }

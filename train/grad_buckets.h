@@ -6,7 +6,8 @@
 // once (asynchronously: NCCL runs it on its own stream while the backward goes on), buckets always
 // in index order so every rank issues the same collectives in the same order. finish() starts the
 // buckets still waiting (parameters that got no gradient this step: theirs stays zero), waits, and
-// divides by the world size. The result equals ProcessGroup::allreduce_mean_grads bit for bit.
+// divides by the world size. Without overlap (--overlap-grads false) no hooks are registered and
+// finish() starts every bucket after the backward: the same sums, bit for bit.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,7 +21,7 @@ namespace nala::train {
 
 class GradBuckets {
  public:
-  GradBuckets(const std::vector<at::Tensor>& params, ProcessGroup& pg, int64_t bucket_bytes);
+  GradBuckets(const std::vector<at::Tensor>& params, ProcessGroup& pg, int64_t bucket_bytes, bool overlap);
   ~GradBuckets();  // removes the hooks
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -45,6 +46,7 @@ class GradBuckets {
   std::vector<int64_t> size_, waiting_;  // per bucket: parameters, gradients not yet ready
   size_t next_ = 0;                    // the next bucket to start
   int64_t started_in_backward_ = 0;
+  bool overlap_;
 };
 
 }  // namespace nala::train

@@ -52,7 +52,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       trainable_(trainable_parameters(model)), opt_(trainable_, adamw_options(cfg)),
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
       transport_(transport_config(cfg)) {
-  if (pg && cfg.overlap_grads) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)));
+  if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
 }
 
 StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y) {
@@ -80,7 +80,6 @@ StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y
   }
   loss.backward();
   if (buckets_) buckets_->finish();
-  else if (pg_) pg_->allreduce_mean_grads(trainable_, int64_t(cfg_.bucket_mb * (1 << 20)));
   std::vector<at::Tensor> gs;
   for (auto& p : trainable_)
     if (p.grad().defined()) gs.push_back(p.grad());

@@ -1,6 +1,6 @@
 // One optimisation step of DiT train.py's recipe (docs/reference.md §4) on one process's share of
 // the global batch: the objective's loss under bf16 autocast on CUDA, backward with the gradient
-// all-reduce overlapped (train/grad_buckets.h) or after it,
+// all-reduce (train/grad_buckets.h) overlapped or after it,
 // optional clipping, AdamW (skipped inside the fused kernel where the loss or a gradient is not finite) and the
 // EMA update. Everything stays on the device; the host reads the loss back only at log steps.
 #pragma once
@@ -34,7 +34,7 @@ class TrainStep {
   // them) and returns a NaN loss, which the trainer counts.
   StepResult run(int64_t step, const at::Tensor& x, const at::Tensor& y);
   AdamW& optimizer() { return opt_; }
-  const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null unless overlapped data parallel
+  const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null for one process
 
  private:
   const TrainConfig& cfg_;
@@ -45,7 +45,7 @@ class TrainStep {
   int64_t rank_, world_;
   std::vector<at::Tensor> trainable_;
   AdamW opt_;
-  std::unique_ptr<GradBuckets> buckets_;  // overlapped all-reduce (data parallel with --overlap-grads)
+  std::unique_ptr<GradBuckets> buckets_;  // data parallel: the gradient all-reduce (overlapped with --overlap-grads)
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
 };

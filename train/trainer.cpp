@@ -158,7 +158,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
     window_losses.push_back(r.loss);
     if (main_rank && step == st.step && pg) {
       const GradBuckets* gb = train_step.grad_buckets();
-      if (gb) std::cerr << "data parallel: " << gb->bucket_count() << " gradient bucket(s) of about " << cfg.bucket_mb << " MiB, "
+      if (cfg.overlap_grads) std::cerr << "data parallel: " << gb->bucket_count() << " gradient bucket(s) of about " << cfg.bucket_mb << " MiB, "
                         << gb->started_during_backward() << " of them all-reduced during the backward\n";
       else std::cerr << "data parallel: gradients all-reduced after the backward (--overlap-grads false)\n";
     }
