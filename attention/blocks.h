@@ -13,6 +13,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "attention/nala_options.h"
+#include "attention/nala_rope.h"
 
 namespace nala::attention {
 
@@ -54,11 +55,5 @@ class GatedNalaAttention : public TokenMixer {
 // The attention named by `kind`: "softmax", or a feature map ("nala", "nala-relu", "elu", "relu",
 // "focused") for the gated linear block.
 std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg);
-
-// NaLa attention with 2-D axial rotary position embedding on the numerator's features only (the
-// authors' public code): S = (1/N) Σ_i (R_i φ_k,i) v_iᵀ, o_t = (R_t φ_q,t)·S / (φ_q,t·z + ε), z as
-// in §4. Plain ATen ops (autograd); q, k, v (B, H, N, d) with N = grid_h·grid_w.
-at::Tensor nala_attention_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt,
-                               int64_t grid_h, int64_t grid_w);
 
 }  // namespace nala::attention

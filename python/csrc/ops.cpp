@@ -4,6 +4,8 @@
 // (python/nala/_ops.py), so torch.compile(fullgraph=True) traces through them.
 //   nala::attention_forward(q, k, v, options...)  -> (o, S, z, den)
 //   nala::attention_backward(q, k, v, S, z, den, grad_o, options...) -> (dq, dk, dv)
+//   nala::attention_rope(q, k, v, options..., grid_h, grid_w) -> o   (2-D RoPE variant, attention/nala_rope.h:
+//   ATen ops, registered CompositeImplicitAutograd, so autograd and tracing go through those ops)
 // q, k, v (B, H, N, d), one float dtype and device, strided views allowed; o, dq, dk, dv
 // contiguous (B, H, N, d) in q's dtype; S, z, den the saved state in the accumulation type
 // (float64 for float64 inputs, else float32), on CUDA padded to multiples of 16 (attention/cuda/nala_params.h).
@@ -11,6 +13,7 @@
 
 #include "attention/nala_attention.h"
 #include "attention/nala_cpu.h"
+#include "attention/nala_rope.h"
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/nala_cuda.h"
 #endif
@@ -51,6 +54,12 @@ Bwd backward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   return contiguous(nala::attention::nala_backward_cpu(q, k, v, S, z, den, grad_o, options(fm, lam, tau, alpha, eps, eps_norm, focus_power)));
 }
 
+at::Tensor attention_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t fm, double lam, double tau, double alpha,
+                          double eps, double eps_norm, double focus_power, int64_t grid_h, int64_t grid_w) {
+  TORCH_CHECK(grid_h * grid_w == q.size(2), "nala.attention: ", q.size(2), " tokens do not fill a ", grid_h, "x", grid_w, " grid");
+  return nala::attention::nala_attention_rope(q, k, v, options(fm, lam, tau, alpha, eps, eps_norm, focus_power), grid_h, grid_w);
+}
+
 #ifdef NALA_WITH_CUDA
 Fwd forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t fm, double lam, double tau, double alpha, double eps,
                  double eps_norm, double focus_power) {
@@ -71,8 +80,12 @@ TORCH_LIBRARY(nala, m) {
         "float focus_power) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor S, Tensor z, Tensor den, Tensor grad_o, int feature_map, float lam, "
         "float tau, float alpha, float eps, float eps_norm, float focus_power) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_rope(Tensor q, Tensor k, Tensor v, int feature_map, float lam, float tau, float alpha, float eps, float eps_norm, "
+        "float focus_power, int grid_h, int grid_w) -> Tensor");
   m.def("cuda_kernels_built() -> bool", [] { return nala::attention::nala_cuda_kernels_available(); });
 }
+
+TORCH_LIBRARY_IMPL(nala, CompositeImplicitAutograd, m) { m.impl("attention_rope", &attention_rope); }
 
 TORCH_LIBRARY_IMPL(nala, CPU, m) {
   m.impl("attention_forward", &forward_cpu);

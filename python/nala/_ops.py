@@ -68,14 +68,20 @@ def cuda_kernels_built():
     return bool(torch.ops.nala.cuda_kernels_built())
 
 
-def attention(q, k, v, feature_map="nala", lam=3.0, tau=0.5, alpha=1.0, eps=1e-6, eps_norm=1e-6, focus_power=3.0):
+def attention(q, k, v, feature_map="nala", lam=3.0, tau=0.5, alpha=1.0, eps=1e-6, eps_norm=1e-6, focus_power=3.0, rope_grid=None):
     """NaLa attention (docs/nala_attention.md §3): q, k, v (B, H, N, d) -> o (B, H, N, d).
 
     feature_map: "nala" (the paper), "nala-relu" (the authors' public code), or the baselines
     "elu", "relu", "focused". Strided views are read in place; CPU and CUDA (float32, float16,
-    bfloat16; float64 on the CPU). Differentiable; torch.compile(fullgraph=True) traces it."""
+    bfloat16; float64 on the CPU). Differentiable; torch.compile(fullgraph=True) traces it.
+    rope_grid=(grid_h, grid_w): the 2-D axial RoPE variant (the authors' public code; rotary
+    position on the numerator's features), in ATen ops rather than the fused kernels."""
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"nala.attention: unknown feature_map {feature_map!r} (known: {', '.join(FEATURE_MAPS)})")
+    if rope_grid is not None:
+        gh, gw = rope_grid
+        return torch.ops.nala.attention_rope(q, k, v, FEATURE_MAPS[feature_map], float(lam), float(tau), float(alpha), float(eps),
+                                             float(eps_norm), float(focus_power), int(gh), int(gw))
     return torch.ops.nala.attention_forward(q, k, v, FEATURE_MAPS[feature_map], float(lam), float(tau), float(alpha), float(eps),
                                             float(eps_norm), float(focus_power))[0]
 

@@ -136,7 +136,7 @@ class DiT(nn.Module):
     (N, C', H, W); for learn-sigma SiT only the first C channels, as SiT models.py returns."""
 
     def __init__(self, name, input_size=32, in_channels=4, num_classes=1000, learn_sigma=True, class_dropout=0.1, mlp_ratio=4.0,
-                 attention=None, lepe=5, alpha=1.0, lam=3.0, tau=0.5, eps=1e-6, eps_norm=1e-6, depth=None, hidden=None, heads=None):
+                 attention=None, lepe=5, alpha=1.0, lam=3.0, tau=0.5, eps=1e-6, eps_norm=1e-6, rope=False, depth=None, hidden=None, heads=None):
         super().__init__()
         family, nala, size, patch = parse_name(name)
         d0, h0, n0 = SIZES[size]
@@ -153,7 +153,8 @@ class DiT(nn.Module):
         def mixer():
             if attention == "softmax":
                 return Attention(hidden, heads)
-            return NaLaAttention(hidden, heads, lepe=lepe, feature_map=attention, alpha=alpha, lam=lam, tau=tau, eps=eps, eps_norm=eps_norm)
+            return NaLaAttention(hidden, heads, lepe=lepe, feature_map=attention, alpha=alpha, lam=lam, tau=tau, eps=eps, eps_norm=eps_norm,
+                                 rope=rope)
 
         self.blocks = nn.ModuleList([DiTBlock(hidden, heads, mlp_ratio, mixer()) for _ in range(depth)])
         self.final_layer = FinalLayer(hidden, patch, self.out_channels)
@@ -177,12 +178,10 @@ class DiT(nn.Module):
 def model_from_config(cfg):
     """A DiT from the JSON model config nala writes (model.json of a run; 'nala_config' metadata)."""
     n = cfg.get("nala", {})
-    if n.get("rope"):
-        raise NotImplementedError("nala.models: RoPE NaLa blocks are not available in the Python package yet")
     return DiT(cfg["name"], input_size=cfg["input_size"], in_channels=cfg["in_channels"], num_classes=cfg["num_classes"],
                learn_sigma=cfg["learn_sigma"], class_dropout=cfg["class_dropout"], mlp_ratio=cfg["mlp_ratio"],
                attention=cfg["attention"], lepe=n.get("lepe_kernel", 5), alpha=n.get("alpha", 1.0), lam=n.get("lambda", 3.0),
-               tau=n.get("tau", 0.5), eps=n.get("eps", 1e-6), eps_norm=n.get("eps_norm", 1e-6), depth=cfg["depth"], hidden=cfg["hidden"],
+               tau=n.get("tau", 0.5), eps=n.get("eps", 1e-6), eps_norm=n.get("eps_norm", 1e-6), rope=bool(n.get("rope", False)), depth=cfg["depth"], hidden=cfg["hidden"],
                heads=cfg["heads"])
 
 

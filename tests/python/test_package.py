@@ -107,11 +107,11 @@ def perturbed(model):
     return model.eval()
 
 
-@pytest.mark.parametrize("name", ["NaLaDiT-S/2", "DiT-S/4", "NaLaSiT-T/4"])
-def test_models_equal_the_cpp_models(tmp, name):
+@pytest.mark.parametrize("name,rope", [("NaLaDiT-S/2", False), ("DiT-S/4", False), ("NaLaSiT-T/4", False), ("NaLaSiT-T/4", True)])
+def test_models_equal_the_cpp_models(tmp, name, rope):
     """the package's DiT (and its NaLaAttention) with random weights, saved as safetensors with the
     config metadata nala writes: `nala forward` on that file gives the same output"""
-    model = perturbed(nala.DiT(name, input_size=16, num_classes=10))
+    model = perturbed(nala.DiT(name, input_size=16, num_classes=10, rope=rope))
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(3, 4, 16, 16, generator=g), torch.randint(0, 10, (3,), generator=g)
     t = torch.rand(3, generator=g) if "SiT" in name else torch.randint(0, 1000, (3,), generator=g).float()
@@ -121,14 +121,14 @@ def test_models_equal_the_cpp_models(tmp, name):
            "hidden": model.pos_embed.shape[2], "heads": model.blocks[0].attn.heads, "patch": model.patch, "input_size": 16,
            "in_channels": 4, "num_classes": 10, "mlp_ratio": 4.0, "class_dropout": 0.1, "learn_sigma": True,
            "attention": "nala" if "NaLa" in name else "softmax",
-           "nala": {"lambda": 3.0, "tau": 0.5, "alpha": 1.0, "eps": 1e-6, "eps_norm": 1e-6, "lepe_kernel": 5, "rope": False}}
+           "nala": {"lambda": 3.0, "tau": 0.5, "alpha": 1.0, "eps": 1e-6, "eps_norm": 1e-6, "lepe_kernel": 5, "rope": rope}}
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp / "w.safetensors", metadata={"nala_config": json.dumps(cfg)})
     np.savez(tmp / "in.npz", x=x.numpy(), t=t.numpy(), y=y.numpy())
     run("nala", "forward", "--model", name, "--ckpt", tmp / "w.safetensors", "--input", tmp / "in.npz",
         "--output", tmp / "out.npz", "--device", "cpu")
     ours = np.load(tmp / "out.npz")["out"]
     e = float(np.linalg.norm(ours - ref) / np.linalg.norm(ref))
-    print(f"{name}: package vs nala forward, relative error {e:.2e}")
+    print(f"{name}{' (RoPE)' if rope else ''}: package vs nala forward, relative error {e:.2e}")
     assert e < 1e-5
     back = nala.load_checkpoint(tmp / "w.safetensors")
     with torch.no_grad():
@@ -177,3 +177,16 @@ def test_pip_install_into_a_fresh_venv(tmp):
     torch.manual_seed(0)
     q = torch.randn(1, 2, 9, 8, dtype=torch.float64)
     assert float(value) == nala.attention(q, q.flip(2), q).sum().item()
+
+
+def test_rope_variant():
+    """rope_grid: the 2-D RoPE variant (attention/nala_rope.h) differs from plain NaLa, passes
+    gradcheck in float64 and opcheck"""
+    q, k, v = qkv((1, 2, 16, 8))
+    assert float((nala.attention(q, k, v) - nala.attention(q, k, v, rope_grid=(4, 4))).abs().max()) > 1e-2
+    assert torch.autograd.gradcheck(lambda a, b, c: nala.attention(a, b, c, rope_grid=(4, 4)), (q, k, v), eps=1e-6, atol=1e-6, rtol=1e-4)
+    args = tuple(t.detach().float() for t in (q, k, v)) + (0, 3.0, 0.5, 1.0, 1e-6, 1e-6, 3.0, 4, 4)
+    res = torch.library.opcheck(torch.ops.nala.attention_rope.default, args)
+    assert all(r == "SUCCESS" for r in res.values()), res
+    with pytest.raises(RuntimeError, match="do not fill a 3x4 grid"):
+        nala.attention(q, k, v, rope_grid=(3, 4))
