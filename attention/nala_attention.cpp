@@ -64,12 +64,13 @@ NalaOptions saved_options(torch::autograd::AutogradContext* ctx) {
 }
 
 struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFunction> {
+  // save_state: a backward may follow (decided before apply(), where grad mode is still visible)
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const NalaOptions& opt) {
+                            const NalaOptions& opt, bool save_state) {
     NalaForward r;
     if (q.is_cuda()) {
 #ifdef NALA_WITH_CUDA
-      r = nala_forward_cuda(q, k, v, opt);
+      r = nala_forward_cuda(q, k, v, opt, save_state);
 #else
       TORCH_CHECK(false, "nala_attention: q is on ", q.device(), " but this nala was built without CUDA kernels");
 #endif
@@ -93,7 +94,7 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
     } else {
       d = nala_backward_cpu(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], go, opt);
     }
-    return {std::get<0>(d), std::get<1>(d), std::get<2>(d), at::Tensor()};
+    return {std::get<0>(d), std::get<1>(d), std::get<2>(d), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -102,7 +103,8 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
 at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt) {
   check_qkv(q, k, v, "nala_attention");
   check_options(opt, "nala_attention");
-  return NalaAttentionFunction::apply(q, k, v, opt);
+  const bool save_state = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  return NalaAttentionFunction::apply(q, k, v, opt, save_state);
 }
 
 }  // namespace nala::attention

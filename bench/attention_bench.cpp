@@ -11,6 +11,9 @@
 
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
+#ifdef NALA_WITH_CUDA
+#include "attention/cuda/nala_cuda.h"
+#endif
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
 
@@ -85,14 +88,26 @@ int bench_attention(int argc, char** argv) {
       struct Path {
         const char* name;
         std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)> fn;
+        int kernel = -1;  // a forced attention::NalaCudaKernel, or -1: the automatic choice
       };
       std::vector<Path> paths = {{"sdpa", [](auto& a1, auto& b1, auto& c1) { return attention::softmax_attention(a1, b1, c1); }},
                                  {dev.is_cuda() ? "nala-cuda" : "nala-cpu", [&](auto& a1, auto& b1, auto& c1) { return attention::nala_attention(a1, b1, c1, opt); }}};
+#ifdef NALA_WITH_CUDA
+      // the two kernel families forced (forward and backward), next to the automatic choice above
+      if (dev.is_cuda()) {
+        auto nala_fn = [&](auto& a1, auto& b1, auto& c1) { return attention::nala_attention(a1, b1, c1, opt); };
+        paths.push_back({"nala-chunked", nala_fn, int(attention::NalaCudaKernel::Chunked)});
+        if (dt == at::kBFloat16) paths.push_back({"nala-onepass", nala_fn, int(attention::NalaCudaKernel::OnePass)});
+      }
+#endif
       if (with_ref) paths.push_back({"nala-reference", [&](auto& a1, auto& b1, auto& c1) { return attention::nala_attention_reference(a1, b1, c1, opt); }});
       double sdpa_f = 0, sdpa_fb = 0;
       for (auto& p : paths) {
         reset_peak_memory(dev);
         Timing tf, tfb;
+#ifdef NALA_WITH_CUDA
+        attention::set_nala_cuda_kernel(p.kernel < 0 ? attention::NalaCudaKernel::Auto : attention::NalaCudaKernel(p.kernel));
+#endif
         try {
           tf = time_it([&] { p.fn(q, k, v); }, dev, 2, reps);
           at::Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
@@ -102,10 +117,16 @@ int bench_attention(int argc, char** argv) {
             out.backward(go);
           }, dev, 2, reps);
         } catch (const std::exception& e) {
+#ifdef NALA_WITH_CUDA
+          attention::set_nala_cuda_kernel(attention::NalaCudaKernel::Auto);
+#endif
           ++failed_rows;
           std::printf("| %s | %ld | %ld | %ld | failed: %.60s |\n", p.name, s.B, s.N, d, e.what());
           continue;
         }
+#ifdef NALA_WITH_CUDA
+        attention::set_nala_cuda_kernel(attention::NalaCudaKernel::Auto);
+#endif
         if (std::string(p.name) == "sdpa") {
           sdpa_f = tf.median_ms;
           sdpa_fb = tfb.median_ms;

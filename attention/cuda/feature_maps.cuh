@@ -15,9 +15,6 @@ struct TokenStats {
 // accurate libm versions for fp32/fp16 (FAST = false), so fp32 stays at fp32-class accuracy.
 template <bool FAST> __device__ __forceinline__ float f_exp(float x) { return FAST ? __expf(x) : expf(x); }
 template <bool FAST> __device__ __forceinline__ float f_log(float x) { return FAST ? __logf(x) : logf(x); }
-template <bool FAST> __device__ __forceinline__ void f_sincos(float x, float* s, float* c) {
-  if (FAST) __sincosf(x, s, c); else sincosf(x, s, c);
-}
 template <bool FAST> __device__ __forceinline__ float f_tanh(float x) {
   if (!FAST) return tanhf(x);
   float y;  // max relative error 2^-10.99 (PTX ISA), far below bf16 rounding
@@ -66,64 +63,177 @@ __device__ __forceinline__ TokenStats token_stats(const float* xrow, const NalaK
 }
 
 // phi[t][·] of every token of a tile; rows past N are zero (they must not enter z).
-template <int D, int FEAT, int LDX, int LDF, int TILE, int THREADS, bool FAST>
-__device__ __forceinline__ void features_forward(const float* xs, float* phi, const NalaKernelParams& P, bool query, int t0) {
+// φ values are stored as fp32 (the chunked kernels' tf32 products) or bf16 (the one-pass kernels'
+// bf16 mma operands), computed in fp32 either way.
+__device__ __forceinline__ void put(float* p, float x) { *p = x; }
+__device__ __forceinline__ void put(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+// sin and cos of θ ∈ [−π/4, π/4] (the nala angle's range) on the FMA pipe: Taylor polynomials,
+// truncation error < 4e-7 (sin, θ⁹/9!) and < 3e-8 (cos, θ¹⁰/10!) at |θ| = π/4, below fp32-class
+// needs of the bf16 path; the accurate path keeps sincosf.
+template <bool FAST> __device__ __forceinline__ void sincos_quarter(float th, float* s, float* c) {
+  if (!FAST) {
+    sincosf(th, s, c);
+    return;
+  }
+  const float t2 = th * th;
+  *s = th * fmaf(t2, fmaf(t2, fmaf(t2, -1.f / 5040.f, 1.f / 120.f), -1.f / 6.f), 1.f);
+  *c = fmaf(t2, fmaf(t2, fmaf(t2, fmaf(t2, 1.f / 40320.f, -1.f / 720.f), 1.f / 24.f), -0.5f), 1.f);
+}
+// |x|^e for the key power: λ = 3 (the default) is |x|·x·x, no special-function unit
+template <bool FAST> __device__ __forceinline__ float key_pow(float b, float e) {
+  return e == 3.f ? b * b * b : pow_pos<FAST>(b, e);
+}
+
+// φ of one element x_j of a token (docs/nala_attention.md §3): f0, and f1 for the nala maps.
+template <KernelMap MAP, bool FAST>
+__device__ __forceinline__ void feature_of(float xj, const TokenStats& st, const NalaKernelParams& P, bool query, float& f0, float& f1) {
+  f1 = 0.f;
+  if constexpr (MAP == KernelMap::Elu) {
+    f0 = xj > 0.f ? xj + 1.f : f_exp<FAST>(xj);
+  } else if constexpr (MAP == KernelMap::Relu) {
+    f0 = fmaxf(xj, 0.f);
+  } else if constexpr (MAP == KernelMap::Focused) {
+    f0 = pow_pos<FAST>(fmaxf(xj, 0.f), P.focus_power) * (st.nr / fmaxf(st.nrp, 1e-12f));
+  } else {
+    const float xh = xj * st.inv;
+    const float sg = query ? xh : xj;
+    const float a = query ? pow_pos<FAST>(fabsf(sg), st.p) : key_pow<FAST>(fabsf(sg), st.p);
+    if constexpr (MAP == KernelMap::NalaRelu) {
+      f0 = sg > 0.f ? a : 0.f;
+      f1 = sg < 0.f ? a : 0.f;
+    } else {
+      float sn, cs;
+      sincos_quarter<FAST>(0.78539816f * f_tanh<FAST>(P.alpha * xh), &sn, &cs);
+      f0 = a * cs;
+      f1 = a * sn;
+    }
+  }
+}
+
+// Calls fn(MapTag<m>{}) with the run-time map as a compile-time constant (one uniform branch per
+// call instead of one per element); FEAT = 2 kernels see the nala maps only, FEAT = 1 the others.
+template <KernelMap M>
+struct MapTag {
+  static constexpr KernelMap value = M;
+};
+template <int FEAT, typename Fn>
+__device__ __forceinline__ void with_map(KernelMap m, Fn&& fn) {
+  if constexpr (FEAT == 2) {
+    if (m == KernelMap::NalaRelu) fn(MapTag<KernelMap::NalaRelu>{});
+    else fn(MapTag<KernelMap::Nala>{});
+  } else {
+    if (m == KernelMap::Elu) fn(MapTag<KernelMap::Elu>{});
+    else if (m == KernelMap::Relu) fn(MapTag<KernelMap::Relu>{});
+    else fn(MapTag<KernelMap::Focused>{});
+  }
+}
+
+template <int D, int FEAT, int LDX, int LDF, int TILE, int THREADS, bool FAST, typename PhiT>
+__device__ __forceinline__ void features_forward(const float* xs, PhiT* phi, const NalaKernelParams& P, bool query, int t0) {
   constexpr int TPT = THREADS / TILE;
   constexpr int Fp = (FEAT * D + 15) / 16 * 16;
   const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
   const float* x = xs + t * LDX;
-  float* out = phi + t * LDF;
+  PhiT* out = phi + t * LDF;
   const TokenStats st = token_stats<D, LDX, TPT, FAST>(x, P, query);
   const bool valid = t0 + t < P.N;
-  for (int j = lane; j < D; j += TPT) {
-    const float xj = x[j];
-    float f0 = 0.f, f1 = 0.f;
-    if (P.map == KernelMap::Elu) {
-      f0 = xj > 0.f ? xj + 1.f : f_exp<FAST>(xj);
-    } else if (P.map == KernelMap::Relu) {
-      f0 = fmaxf(xj, 0.f);
-    } else if (P.map == KernelMap::Focused) {
-      f0 = pow_pos<FAST>(fmaxf(xj, 0.f), P.focus_power) * (st.nr / fmaxf(st.nrp, 1e-12f));
-    } else {
-      const float xh = xj * st.inv;
-      const float sg = query ? xh : xj;
-      const float a = pow_pos<FAST>(fabsf(sg), st.p);
-      if (P.map == KernelMap::NalaRelu) {
-        f0 = sg > 0.f ? a : 0.f;
-        f1 = sg < 0.f ? a : 0.f;
-      } else {
-        float sn, cs;
-        f_sincos<FAST>(0.78539816f * f_tanh<FAST>(P.alpha * xh), &sn, &cs);
-        f0 = a * cs;
-        f1 = a * sn;
+  with_map<FEAT>(P.map, [&](auto tag) {
+#pragma unroll 4
+    for (int j = lane; j < D; j += TPT) {
+      float f0, f1;
+      feature_of<decltype(tag)::value, FAST>(x[j], st, P, query, f0, f1);
+      put(out + j, valid ? f0 : 0.f);
+      if (FEAT == 2) put(out + D + j, valid ? f1 : 0.f);
+    }
+  });
+  for (int j = FEAT * D + lane; j < Fp; j += TPT) put(out + j, 0.f);
+}
+
+// The one-pass kernels' feature map: one token's φ straight from its bf16 elements in registers
+// (this lane's 16-byte chunks c = lane + TPT·k of the row, as TileFetch loaded them), written as
+// bf16 into its φ row (F columns, zero pads up to Fp) in 16-byte stores; an invalid token (past
+// the range) gets a zero row. Math as features_forward with the fast intrinsics (bf16 inputs).
+template <int D, int FEAT, int TPT, int CPL>
+__device__ __forceinline__ void token_features(const uint4 (&raw)[CPL], bool valid, __nv_bfloat16* row, const NalaKernelParams& P,
+                                               bool query) {
+  constexpr int CH = D / 8, Fp = (FEAT * D + 15) / 16 * 16;
+  const int lane = threadIdx.x % TPT;
+  float x[CPL][8];
+  float s = 0.f, r2 = 0.f, rp2 = 0.f;
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) {
+    const bool have = valid && lane + k * TPT < CH;
+    const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&raw[k]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 v = have ? __bfloat1622float2(e[u]) : make_float2(0.f, 0.f);
+      x[k][2 * u] = v.x;
+      x[k][2 * u + 1] = v.y;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      s += x[k][u] * x[k][u];
+      if (FEAT == 1 && P.map == KernelMap::Focused) {
+        const float r = fmaxf(x[k][u], 0.f), rp = pow_pos<true>(r, P.focus_power);
+        r2 += r * r;
+        rp2 += rp * rp;
       }
     }
-    out[j] = valid ? f0 : 0.f;
-    if (FEAT == 2) out[D + j] = valid ? f1 : 0.f;
   }
-  for (int j = FEAT * D + lane; j < Fp; j += TPT) out[j] = 0.f;
+  TokenStats st;
+  st.n = sqrtf(token_sum<TPT>(s));
+  st.inv = 1.f / fmaxf(st.n, P.eps_norm);
+  st.tn = tanhf(st.n);
+  st.p = query ? P.lambda * (P.tau + st.tn) : P.lambda;
+  if (FEAT == 1 && P.map == KernelMap::Focused) {
+    st.nr = sqrtf(token_sum<TPT>(r2));
+    st.nrp = sqrtf(token_sum<TPT>(rp2));
+  }
+  with_map<FEAT>(P.map, [&](auto tag) {
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int c = lane + k * TPT;
+      if (c >= CH) continue;
+      uint4 p0, p1;
+      __nv_bfloat162* o0 = reinterpret_cast<__nv_bfloat162*>(&p0);
+      __nv_bfloat162* o1 = reinterpret_cast<__nv_bfloat162*>(&p1);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        float a0, a1, b0, b1;
+        feature_of<decltype(tag)::value, true>(x[k][2 * u], st, P, query, a0, a1);
+        feature_of<decltype(tag)::value, true>(x[k][2 * u + 1], st, P, query, b0, b1);
+        o0[u] = valid ? __floats2bfloat162_rn(a0, b0) : __floats2bfloat162_rn(0.f, 0.f);
+        o1[u] = valid ? __floats2bfloat162_rn(a1, b1) : __floats2bfloat162_rn(0.f, 0.f);
+      }
+      *reinterpret_cast<uint4*>(row + 8 * c) = p0;
+      if (FEAT == 2) *reinterpret_cast<uint4*>(row + D + 8 * c) = p1;
+    }
+  });
+  for (int c = FEAT * D / 8 + lane; c < Fp / 8; c += TPT) *reinterpret_cast<uint4*>(row + 8 * c) = make_uint4(0, 0, 0, 0);
 }
 
 // nala / nala-relu part of features_backward: g[j] (j < D) becomes ∂L/∂x_j.
-template <int D, int TPT, bool FAST>
+template <int D, int TPT, bool FAST, bool RELU>
 __device__ __forceinline__ void features_backward_nala(const float* x, float* g, const TokenStats& st, const NalaKernelParams& P,
                                                        bool query) {
   const int lane = threadIdx.x % TPT;
   // first pass ∂L/∂x̂ (kept in g[j]) and the direct key-power term (in g[D+j])
   float dot = 0.f, gp = 0.f;
+#pragma unroll 4
   for (int j = lane; j < D; j += TPT) {
     const float xj = x[j], xh = xj * st.inv;
     const float sg = query ? xh : xj;
     const float base = fabsf(sg);
-    const float a = pow_pos<FAST>(base, st.p);
+    const float a = query ? pow_pos<FAST>(base, st.p) : key_pow<FAST>(base, st.p);
     const float g0 = g[j], g1 = g[D + j];
     float dA, gxh = 0.f;
-    if (P.map == KernelMap::NalaRelu) {
+    if constexpr (RELU) {
       dA = sg > 0.f ? g0 : (sg < 0.f ? g1 : 0.f);
     } else {
       const float tt = f_tanh<FAST>(P.alpha * xh);
       float sn, cs;
-      f_sincos<FAST>(0.78539816f * tt, &sn, &cs);
+      sincos_quarter<FAST>(0.78539816f * tt, &sn, &cs);
       dA = g0 * cs + g1 * sn;
       gxh = a * (g1 * cs - g0 * sn) * 0.78539816f * P.alpha * (1.f - tt * tt);
     }
@@ -144,6 +254,7 @@ __device__ __forceinline__ void features_backward_nala(const float* x, float* g,
   gp = token_sum<TPT>(gp);
   const float gn = query ? gp * P.lambda * (1.f - st.tn * st.tn) : 0.f;
   const bool above = st.n > P.eps_norm;
+#pragma unroll 4
   for (int j = lane; j < D; j += TPT) {
     const float xj = x[j], xh = xj * st.inv;
     const float v = above ? (g[j] - xh * dot) * st.inv + gn * xh : g[j] * st.inv + (st.n > 0.f ? gn * xj / st.n : 0.f);
@@ -188,7 +299,8 @@ __device__ __forceinline__ void features_backward(const float* xs, float* gphi, 
       g[j] = v;
     }
   } else {
-    features_backward_nala<D, TPT, FAST>(x, g, st, P, query);
+    if (P.map == KernelMap::NalaRelu) features_backward_nala<D, TPT, FAST, true>(x, g, st, P, query);
+    else features_backward_nala<D, TPT, FAST, false>(x, g, st, P, query);
   }
   __syncwarp();
   if (n < n_end) store_row<T, D, TPT>(out + (int64_t(bh) * P.N + n) * D, g, 1.f);

@@ -1,6 +1,8 @@
 #include "attention/cuda/nala_cuda.h"
 
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -87,21 +89,71 @@ cuda::NalaKernelParams base_params(const at::Tensor& q, const at::Tensor& k, con
   return p;
 }
 
+NalaCudaKernel kernel_from_env() {
+  const char* e = std::getenv("NALA_ATTENTION_KERNEL");
+  if (e == nullptr || std::string(e).empty() || std::string(e) == "auto") return NalaCudaKernel::Auto;
+  if (std::string(e) == "chunked") return NalaCudaKernel::Chunked;
+  if (std::string(e) == "onepass") return NalaCudaKernel::OnePass;
+  TORCH_CHECK(false, "NALA_ATTENTION_KERNEL must be auto, chunked or onepass, got '", e, "'");
+}
+
+NalaCudaKernel g_kernel = kernel_from_env();
+
+// The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
+// GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
+// even 8 ranks would leave SMs idle: the chunked kernels split long sequences further.
+bool onepass_split(int N, int BH, int& ranks, int& per_rank) {
+  static const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int tiles = (N + cuda::kOnePassTile - 1) / cuda::kOnePassTile;
+  ranks = 1;
+  while (ranks < 8 && ranks < tiles && int64_t(BH) * ranks < 4 * sms) ranks *= 2;
+  per_rank = ((N + ranks - 1) / ranks + cuda::kOnePassTile - 1) / cuda::kOnePassTile * cuda::kOnePassTile;
+  ranks = (N + per_rank - 1) / per_rank;
+  return int64_t(BH) * ranks >= 2 * sms;
+}
+
 }  // namespace
 
 void set_nala_cuda_poison(bool on) { g_poison = on; }
+void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel = k; }
+NalaCudaKernel nala_cuda_kernel() { return g_kernel; }
 
-NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt) {
+NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,
+                              bool save_state) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   TORCH_CHECK(q_in.size(2) <= INT32_MAX / 2, "nala_attention on CUDA: sequence length ", q_in.size(2), " is too long");
   at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   cuda::NalaKernelParams p = base_params(q, k, v, opt);
-  const auto shape = cuda::nala_kernel_shape(p.D, int(feature_dim(opt.feature_map, 1)));
+  const int feat = int(feature_dim(opt.feature_map, 1));
+  const auto shape = cuda::nala_kernel_shape(p.D, feat);
   const int BH = p.B * p.H;
-  split(p.N, BH, shape.tile_state, p.chunks, p.tokens_per_chunk);
-  split(p.N, BH, shape.tile_out, p.out_chunks, p.out_tokens_per_chunk);
   auto f32 = q.options().dtype(at::kFloat);
   NalaForward r;
+  // one-pass kernel: bf16, d 64 / 72, 16-byte rows, and enough (batch, head) pairs to fill the GPU
+  const bool onepass_ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
+  int ranks = 1, per_rank = 0;
+  const bool fills = onepass_ok && onepass_split(p.N, BH, ranks, per_rank);
+  TORCH_CHECK(g_kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
+              "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
+  if (g_kernel == NalaCudaKernel::OnePass || (g_kernel == NalaCudaKernel::Auto && fills)) {
+    p.chunks = ranks;
+    p.tokens_per_chunk = per_rank;
+    r.o = at::empty(q.sizes(), q.options());  // (B, H, N, D)
+    if (save_state) {
+      r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);  // (B, H, Fp, Dp)
+      r.z = at::empty({p.B, p.H, p.Fp}, f32);        // (B, H, Fp)
+      r.den = at::empty({p.B, p.H, p.N}, f32);       // (B, H, N)
+      p.S = r.S.data_ptr<float>();
+      p.z = r.z.data_ptr<float>();
+      p.den = r.den.data_ptr<float>();
+    }
+    poison({r.o, r.S, r.z, r.den});
+    p.o = r.o.data_ptr();
+    cuda::launch_nala_forward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
+    return r;
+  }
+  split(p.N, BH, shape.tile_state, p.chunks, p.tokens_per_chunk);
+  split(p.N, BH, shape.tile_out, p.out_chunks, p.out_tokens_per_chunk);
   r.o = at::empty(q.sizes(), q.options());                          // (B, H, N, D)
   r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);                     // (B, H, Fp, Dp)
   r.z = at::empty({p.B, p.H, p.Fp}, f32);                           // (B, H, Fp)
@@ -129,14 +181,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   at::Tensor go = rows_contiguous(grad_o_in.to(q.scalar_type()));
   cuda::NalaKernelParams p = base_params(q, k, v, opt);
+  TORCH_CHECK(S.defined() && z.defined() && den.defined(), "nala_backward_cuda: the forward saved no state (it ran without gradients)");
   TORCH_CHECK(S.is_contiguous() && z.is_contiguous() && den.is_contiguous(), "nala_backward_cuda: saved state must be contiguous");
-  const auto shape = cuda::nala_kernel_shape(p.D, int(feature_dim(opt.feature_map, 1)));
+  const int feat = int(feature_dim(opt.feature_map, 1));
+  const auto shape = cuda::nala_kernel_shape(p.D, feat);
   const int BH = p.B * p.H;
-  split(p.N, BH, shape.tile_dq, p.chunks, p.tokens_per_chunk);
-  split(p.N, BH, shape.tile_dkv, p.out_chunks, p.out_tokens_per_chunk);
   p.grad_o = go.data_ptr();
   set_strides(p.go_stride, go);
   p.vec_loads = p.vec_loads && aligned16(go);
+  p.S = const_cast<float*>(S.data_ptr<float>());
+  p.z = const_cast<float*>(z.data_ptr<float>());
+  p.den = const_cast<float*>(den.data_ptr<float>());
+  // one-pass backward: the forward's conditions (it reads S, z, den as either forward saved them)
+  const bool onepass_ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
+  int ranks = 1, per_rank = 0;
+  const bool fills = onepass_ok && onepass_split(p.N, BH, ranks, per_rank);
+  TORCH_CHECK(g_kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
+              "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
+  if (g_kernel == NalaCudaKernel::OnePass || (g_kernel == NalaCudaKernel::Auto && fills)) {
+    p.chunks = ranks;
+    p.tokens_per_chunk = per_rank;
+    at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(q.sizes(), q.options()), dv = at::empty(q.sizes(), q.options());
+    poison({dq, dk, dv});
+    p.dq = dq.data_ptr();
+    p.dk = dk.data_ptr();
+    p.dv = dv.data_ptr();
+    cuda::launch_nala_backward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
+    return {dq, dk, dv};
+  }
+  split(p.N, BH, shape.tile_dq, p.chunks, p.tokens_per_chunk);
+  split(p.N, BH, shape.tile_dkv, p.out_chunks, p.out_tokens_per_chunk);
   auto f32 = q.options().dtype(at::kFloat);
   at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(q.sizes(), q.options()), dv = at::empty(q.sizes(), q.options());
   at::Tensor dS = at::empty({BH, p.Fp, p.Dp}, f32), dz = at::empty({BH, p.Fp}, f32);
@@ -148,9 +222,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
     p.z_part = z_part.data_ptr<float>();
   }
   poison({dq, dk, dv, dS, dz, S_part, z_part});
-  p.S = const_cast<float*>(S.data_ptr<float>());
-  p.z = const_cast<float*>(z.data_ptr<float>());
-  p.den = const_cast<float*>(den.data_ptr<float>());
   p.dS = dS.data_ptr<float>();
   p.dz = dz.data_ptr<float>();
   p.dq = dq.data_ptr();

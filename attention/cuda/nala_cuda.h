@@ -11,7 +11,10 @@
 
 namespace nala::attention {
 
-NalaForward nala_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt);
+// save_state: also return S, z and den for the backward (without it the one-pass kernel writes
+// o only and those three are undefined).
+NalaForward nala_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt,
+                              bool save_state = true);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o, const NalaOptions& opt);
@@ -19,5 +22,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
 // Tests: fill every output and intermediate buffer with NaN before each launch, so an element a
 // kernel forgets to write shows up as NaN instead of stale memory.
 void set_nala_cuda_poison(bool on);
+
+// Which forward kernel runs: Auto (the default) takes the one-pass kernel for bf16, d 64 / 72,
+// when the (batch, head) pairs fill the GPU, else the chunked kernels; the environment variable
+// NALA_ATTENTION_KERNEL=auto|chunked|onepass sets the start value; tests and benchmarks force one.
+enum class NalaCudaKernel { Auto, Chunked, OnePass };
+void set_nala_cuda_kernel(NalaCudaKernel k);
+NalaCudaKernel nala_cuda_kernel();
 
 }  // namespace nala::attention

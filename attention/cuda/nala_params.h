@@ -59,4 +59,15 @@ NalaKernelShape nala_kernel_shape(int D, int feat);
 void launch_nala_forward(const NalaKernelParams& p, void* stream);
 void launch_nala_backward(const NalaKernelParams& p, void* stream);
 
+// The one-pass forward (onepass_kernels.cuh): bf16 inputs with 16-byte aligned rows, head dims 64
+// and 72, every feature map. p.chunks is the cluster size (1, 2, 4 or 8 CTAs per (batch, head)),
+// p.tokens_per_chunk a multiple of kOnePassTile; with p.S set it also writes S, z and den for the
+// chunked backward, else p.z and p.den must be null too.
+constexpr int kOnePassTile = 64;
+bool onepass_supported(int D, int feat);
+void launch_nala_forward_onepass(const NalaKernelParams& p, void* stream);
+// The one-pass backward (onepass_backward.cuh): the same split; reads S, z, den as either forward
+// saved them.
+void launch_nala_backward_onepass(const NalaKernelParams& p, void* stream);
+
 }  // namespace nala::attention::cuda

@@ -135,3 +135,76 @@ TEST_F(NalaCuda, UnsupportedHeadDimIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("head dims 64, 72 and 128"), std::string::npos) << e.what();
   }
 }
+
+// The one-pass forward (attention/cuda/onepass_kernels.cuh, bf16) forced on every case, including
+// the ones the automatic choice gives to the chunked kernels; its gradients come from the chunked
+// backward fed with the S, z, den that the one-pass forward saved. Cases with few (batch, head)
+// pairs and many tokens run as clusters of up to 8 CTAs (the partial-state sum through
+// distributed shared memory).
+class NalaCudaOnePass : public NalaCuda {
+ protected:
+  void SetUp() override {
+    NalaCuda::SetUp();
+    set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+  }
+  void TearDown() override {
+    set_nala_cuda_kernel(NalaCudaKernel::Auto);
+    NalaCuda::TearDown();
+  }
+};
+
+TEST_F(NalaCudaOnePass, AwkwardSizesAndClusters) {
+  for (Case c : {Case{1, 1, 1, 64}, Case{1, 3, 7, 72}, Case{3, 1, 97, 64}, Case{1, 3, 1025, 72}, Case{2, 3, 257, 64},
+                 Case{1, 2, 4099, 64}, Case{1, 1, 16385, 72}})
+    compare(FeatureMap::Nala, at::kBFloat16, c);
+}
+
+TEST_F(NalaCudaOnePass, EveryFeatureMap) {
+  for (auto map : {FeatureMap::NalaRelu, FeatureMap::Elu, FeatureMap::Relu, FeatureMap::Focused}) {
+    compare(map, at::kBFloat16, Case{2, 3, 97, 64});
+    compare(map, at::kBFloat16, Case{1, 2, 300, 72});
+  }
+  compare(FeatureMap::Nala, at::kBFloat16, Case{2, 3, 97, 64}, 20.0);
+}
+
+TEST_F(NalaCudaOnePass, InferenceForwardEqualsTrainingForwardAndRepeats) {
+  // without gradients the kernel writes o only; with them it also saves S, z, den: o must not change
+  at::Tensor q = at::randn({2, 3, 3000, 64}, at::kCUDA).to(at::kBFloat16), k = at::randn_like(q), v = at::randn_like(q);
+  at::Tensor a, b;
+  {
+    at::NoGradGuard no_grad;
+    a = nala_attention(q, k, v);
+    b = nala_attention(q, k, v);
+  }
+  at::Tensor qg = q.detach().requires_grad_(true);
+  at::Tensor c = nala_attention(qg, k, v).detach();
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_TRUE(at::equal(a, c));
+  // and the chunked kernels agree to bf16 rounding
+  set_nala_cuda_kernel(NalaCudaKernel::Chunked);
+  at::Tensor d = nala_attention(q, k, v);
+  EXPECT_LE(rel_err(a, d), 1e-2);
+}
+
+TEST_F(NalaCudaOnePass, BackwardRepeatsAndTakesEitherForwardsState) {
+  // the one-pass backward reads S, z, den as either forward saved them; it is bitwise repeatable
+  // (every sum in a fixed order, the cluster's in rank order), and agrees with the chunked backward
+  at::Tensor q = at::randn({2, 3, 3000, 72}, at::kCUDA).to(at::kBFloat16), k = at::randn_like(q), v = at::randn_like(q);
+  at::Tensor go = at::randn_like(q);
+  auto grads = [&](NalaCudaKernel fwd, NalaCudaKernel bwd) {
+    at::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+    set_nala_cuda_kernel(fwd);
+    at::Tensor o = nala_attention(qg, kg, vg);
+    set_nala_cuda_kernel(bwd);
+    o.backward(go);
+    set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+    return std::vector<at::Tensor>{qg.grad(), kg.grad(), vg.grad()};
+  };
+  auto a = grads(NalaCudaKernel::OnePass, NalaCudaKernel::OnePass), b = grads(NalaCudaKernel::OnePass, NalaCudaKernel::OnePass);
+  auto mixed = grads(NalaCudaKernel::Chunked, NalaCudaKernel::OnePass), chunked = grads(NalaCudaKernel::Chunked, NalaCudaKernel::Chunked);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+    EXPECT_LE(rel_err(mixed[i], chunked[i]), 1e-2) << i;
+    EXPECT_LE(rel_err(a[i], chunked[i]), 1e-2) << i;
+  }
+}

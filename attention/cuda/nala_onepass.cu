@@ -1,0 +1,63 @@
+// Host side of the one-pass NaLa kernels: (head dim, feature count) to template arguments, the
+// shared-memory reservation and the cluster launch.
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "attention/cuda/nala_launch.cuh"
+#include "attention/cuda/onepass_backward.cuh"
+
+namespace nala::attention::cuda {
+
+bool onepass_supported(int D, int feat) { return (D == 64 || D == 72) && (feat == 1 || feat == 2); }
+
+template <typename Kernel>
+static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threads, int smem_bytes, cudaStream_t st, const char* what) {
+  if (P.chunks < 1 || P.chunks > 8 || P.tokens_per_chunk % kOnePassTile != 0)
+    throw std::runtime_error(std::string("nala one-pass ") + what + ": bad split, " + std::to_string(P.chunks) + " ranks of " +
+                             std::to_string(P.tokens_per_chunk) + " tokens");
+  allow_smem(kernel, smem_bytes);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(P.chunks, P.B * P.H);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(P.chunks);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = P.chunks > 1 ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, P);
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala one-pass ") + what + " failed to launch: " + cudaGetErrorString(e));
+  check_launch(what);
+}
+
+template <int D, int FEAT>
+static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
+  if (forward)
+    launch_clustered(onepass_forward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePass<D, FEAT>::BYTES, st, "forward");
+  else
+    launch_clustered(onepass_backward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT>::BYTES, st, "backward");
+}
+
+static void dispatch_onepass(const NalaKernelParams& p, void* stream, bool forward) {
+  auto st = static_cast<cudaStream_t>(stream);
+  if (p.dtype != DType::BF16) throw std::runtime_error("nala one-pass kernel: bf16 inputs only");
+  const int feat = p.F / p.D;
+#define NALA_ONEPASS(DD, FF)           \
+  if (p.D == DD && feat == FF) {       \
+    onepass<DD, FF>(p, st, forward);   \
+    return;                            \
+  }
+  NALA_ONEPASS(64, 2) NALA_ONEPASS(72, 2) NALA_ONEPASS(64, 1) NALA_ONEPASS(72, 1)
+#undef NALA_ONEPASS
+  throw std::runtime_error("nala one-pass kernel: no kernel for head dim " + std::to_string(p.D) + " with " + std::to_string(p.F) + " features");
+}
+
+void launch_nala_forward_onepass(const NalaKernelParams& p, void* stream) { dispatch_onepass(p, stream, true); }
+void launch_nala_backward_onepass(const NalaKernelParams& p, void* stream) { dispatch_onepass(p, stream, false); }
+
+}  // namespace nala::attention::cuda

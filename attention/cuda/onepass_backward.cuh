@@ -1,0 +1,231 @@
+// One-pass NaLa attention backward for bf16 inputs (docs/nala_attention.md §4): one kernel per
+// (batch, head) cluster, the same rank split as the forward (onepass_kernels.cuh).
+//   load     S and z saved by the forward → S as bf16 hi + lo rows f (column D and pads zero), z fp32
+//   phase 1  its q, grad_o tiles: φ_q; g = do / den; X = g Sᵀ (mma); c_t = φ_q,t·X_t / den_t
+//            (= do_t·o_t / den_t); dφ_q = X − c z → dq through φ_q's backward; and
+//            dS' += φ_qᵀ [g | −c] (the −c column gives dz = −Σ φ_q c in the same product)
+//   reduce   dS' = [dS | dz] summed over the ranks in rank order (distributed shared memory)
+//   phase 2  its k, v tiles: φ_k; dv = φ_k dS / N; dφ_k = [v | 1] dS'ᵀ / N (the ones column adds
+//            dz) → dk through φ_k's backward
+// Every product is bf16 mma.sync with fp32 accumulation; S and dS' enter as hi + lo pairs.
+#pragma once
+#include "attention/cuda/onepass_kernels.cuh"
+
+namespace nala::attention::cuda {
+
+template <int D, int FEAT>
+struct OnePassBwd {
+  using O = OnePass<D, FEAT>;
+  static constexpr int TILE = O::TILE, THREADS = O::THREADS;
+  static constexpr int NHB = O::Fp / 16;   // n8 tiles in each half of the F columns
+  static constexpr int LDDP = ld_row(O::Fp);  // dφ tile, fp32 (the feature maps' backward input)
+  static constexpr int LDSR = ld_bf16(O::NP);  // S or dS' as bf16 rows f
+  static constexpr int XS = 0, PHI = XS + TILE * O::LDX * 4, GS = PHI + TILE * O::LDPH * 2, DPHI = GS + TILE * O::LDV * 2,
+                       WORK_END = DPHI + TILE * LDDP * 4;
+  static constexpr int SR_HI = ((WORK_END > O::ACC_END ? WORK_END : O::ACC_END) + 15) / 16 * 16;
+  static constexpr int SR_LO = SR_HI + O::Fp * LDSR * 2, ZS = SR_LO + O::Fp * LDSR * 2, CPART = ZS + O::Fp * 4,
+                       DINV = CPART + 2 * TILE * 4, BYTES = DINV + TILE * 4;
+};
+
+// A token tile of grad_o as bf16 rows g = do / den (NP columns, zero from D on; rows past the end
+// zero), with 1/den per token kept in dinv: fetch() into registers, commit() into the tile.
+template <int D, int NP, int TILE, int THREADS>
+struct GradTile {
+  static constexpr int TPT = THREADS / TILE, CH = D / 8, CPL = (CH + TPT - 1) / TPT;
+  uint4 raw[CPL];
+  float inv_den = 0.f;
+  __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, const float* den, int b, int h, int t0, int n_end) {
+    const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT, n = t0 + t;
+    inv_den = 0.f;
+    if (n >= n_end) return;
+    inv_den = 1.f / den[n];
+    const __nv_bfloat16* src = base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int c = lane + k * TPT;
+      if (c < CH) raw[k] = *reinterpret_cast<const uint4*>(src + c * 8);
+    }
+  }
+  template <int LD>
+  __device__ void commit(__nv_bfloat16* gs, float* dinv) const {
+    const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
+    __nv_bfloat16* row = gs + t * LD;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int c = lane + k * TPT;
+      if (c >= CH) continue;
+      uint4 out = make_uint4(0, 0, 0, 0);
+      if (inv_den != 0.f) {
+        const __nv_bfloat162* in = reinterpret_cast<const __nv_bfloat162*>(&raw[k]);
+        __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float2 x = __bfloat1622float2(in[u]);
+          o[u] = __floats2bfloat162_rn(x.x * inv_den, x.y * inv_den);
+        }
+      }
+      *reinterpret_cast<uint4*>(row + c * 8) = out;
+    }
+    for (int c = CH + lane; c < NP / 8; c += TPT) *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(0, 0, 0, 0);
+    if (lane == 0) dinv[t] = inv_den;
+  }
+};
+
+template <int D, int FEAT>
+__global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKernelParams P) {
+  using O = OnePass<D, FEAT>;
+  using L = OnePassBwd<D, FEAT>;
+  using T = __nv_bfloat16;
+  constexpr int TILE = O::TILE, NHB = L::NHB;
+  extern __shared__ float4 smem_f4[];
+  char* sm = reinterpret_cast<char*>(smem_f4);
+  float* xs = reinterpret_cast<float*>(sm + L::XS);
+  T* phi = reinterpret_cast<T*>(sm + L::PHI);
+  T* gs = reinterpret_cast<T*>(sm + L::GS);  // [g | −c] (phase 1), [v | 1] and the dv staging (phase 2)
+  float* dphi = reinterpret_cast<float*>(sm + L::DPHI);
+  float* accs = reinterpret_cast<float*>(sm);  // the partial dS' (aliases the work tiles)
+  T* sr_hi = reinterpret_cast<T*>(sm + L::SR_HI);
+  T* sr_lo = reinterpret_cast<T*>(sm + L::SR_LO);
+  float* zs = reinterpret_cast<float*>(sm + L::ZS);
+  float* cpart = reinterpret_cast<float*>(sm + L::CPART);
+  float* dinv = reinterpret_cast<float*>(sm + L::DINV);
+  const int bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+  const int rank = blockIdx.x, ranks = gridDim.x;
+  const int begin = rank * P.tokens_per_chunk, end = min(P.N, begin + P.tokens_per_chunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
+
+  // ---- S (rows f, columns d; column D and the pads zero) and z from the forward
+  for (int i = threadIdx.x; i < O::Fp * O::NP; i += O::THREADS) {
+    const int f = i / O::NP, n = i % O::NP;
+    const float x = n < D ? P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] : 0.f;
+    const T hi = __float2bfloat16_rn(x);
+    sr_hi[f * L::LDSR + n] = hi;
+    sr_lo[f * L::LDSR + n] = __float2bfloat16_rn(x - __bfloat162float(hi));
+  }
+  for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
+
+  // ---- phase 1: dq, and dS' = Σ φ_qᵀ [g | −c] over this rank's tokens
+  float acc[O::UPW][O::NH][4];
+#pragma unroll
+  for (int u = 0; u < O::UPW; ++u)
+#pragma unroll
+    for (int j = 0; j < O::NH; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[u][j][e] = 0.f;
+  const T* qp = static_cast<const T*>(P.q);
+  const T* gp = static_cast<const T*>(P.grad_o);
+  const float* denp = P.den + int64_t(bh) * P.N;
+  TileFetch<T, D, TILE, O::THREADS> fq;
+  GradTile<D, O::NP, TILE, O::THREADS> fg;
+  fq.fetch(qp, P.q_stride, b, h, begin, end, true);
+  fg.fetch(gp, P.go_stride, denp, b, h, begin, end);
+  NalaKernelParams Pe = P;
+  Pe.N = end;  // rows past this rank's end are zero
+  for (int t0 = begin; t0 < end; t0 += TILE) {
+    fq.template commit<O::LDX>(xs, true);
+    fg.template commit<O::LDV>(gs, dinv);
+    if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
+      fq.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
+      fg.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
+    }
+    __syncthreads();
+    features_forward<D, FEAT, O::LDX, O::LDPH, TILE, O::THREADS, true>(xs, phi, Pe, true, t0);
+    __syncthreads();
+    // X = g Sᵀ over this warp's (16 tokens, F/2 features); the column D of g is still zero
+    float x[NHB][4];
+#pragma unroll
+    for (int j = 0; j < NHB; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[j][e] = 0.f;
+#pragma unroll
+    for (int k0 = 0; k0 < O::Dp; k0 += 16) {
+      uint32_t a[4];
+      load_a<false>(a, gs, O::LDV, mt * 16, k0);                  // g: rows t
+      mma_row<NHB, false>(x, a, sr_hi, L::LDSR, nh * NHB * 8, k0);  // Sᵀ: S stored as rows f
+      mma_row<NHB, false>(x, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+    }
+    // c_t = φ_q,t · X_t / den_t: this half's share per row, summed over the quad, halves in smem
+    float part[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NHB; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = mt * 16 + g + (e >> 1) * 8, f = nh * NHB * 8 + 8 * j + 2 * tq + (e & 1);
+        part[e >> 1] += __bfloat162float(phi[r * O::LDPH + f]) * x[j][e];
+      }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      part[hf] += __shfl_xor_sync(0xffffffffu, part[hf], 1);
+      part[hf] += __shfl_xor_sync(0xffffffffu, part[hf], 2);
+    }
+    if (tq == 0) {
+      cpart[nh * TILE + mt * 16 + g] = part[0];
+      cpart[nh * TILE + mt * 16 + g + 8] = part[1];
+    }
+    __syncthreads();  // every warp is past its reads of g's column D and has its share of c
+    auto c_of = [&](int r) { return (cpart[r] + cpart[TILE + r]) * dinv[r]; };
+    for_each_c<NHB>(x, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v - c_of(r) * zs[f]; });
+    if (nh == 0 && tq == 0) {
+      gs[(mt * 16 + g) * O::LDV + D] = __float2bfloat16_rn(-c_of(mt * 16 + g));
+      gs[(mt * 16 + g + 8) * O::LDV + D] = __float2bfloat16_rn(-c_of(mt * 16 + g + 8));
+    }
+    __syncthreads();
+    accumulate_state<D, FEAT>(acc, phi, gs);
+    features_backward<T, D, FEAT, O::LDX, L::LDDP, TILE, O::THREADS, true>(xs, dphi, P, true, static_cast<T*>(P.dq), bh, t0, end);
+    __syncthreads();
+  }
+  store_partial<D, FEAT>(acc, accs);
+  reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
+
+  // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
+  const T* kp = static_cast<const T*>(P.k);
+  const T* vp = static_cast<const T*>(P.v);
+  TileFetch<T, D, TILE, O::THREADS> fk;
+  VTile<D, O::NP, TILE, O::THREADS> fv;
+  fk.fetch(kp, P.k_stride, b, h, begin, end, true);
+  fv.fetch(vp, P.v_stride, b, h, begin, end);
+  for (int t0 = begin; t0 < end; t0 += TILE) {
+    fk.template commit<O::LDX>(xs, true);
+    fv.template commit<O::LDV>(gs);
+    if (t0 + TILE < end) {
+      fk.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
+      fv.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
+    }
+    __syncthreads();
+    features_forward<D, FEAT, O::LDX, O::LDPH, TILE, O::THREADS, true>(xs, phi, Pe, false, t0);
+    __syncthreads();
+    float dv[O::NH][4], dp[NHB][4];
+#pragma unroll
+    for (int j = 0; j < O::NH; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[j][e] = 0.f;
+#pragma unroll
+    for (int j = 0; j < NHB; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[j][e] = 0.f;
+#pragma unroll
+    for (int k0 = 0; k0 < O::Fp; k0 += 16) {  // φ_k dS': B(k = f, n) stored as rows f
+      uint32_t a[4];
+      load_a<false>(a, phi, O::LDPH, mt * 16, k0);
+      mma_row<O::NH, true>(dv, a, sr_hi, L::LDSR, nh * O::NH * 8, k0);
+      mma_row<O::NH, true>(dv, a, sr_lo, L::LDSR, nh * O::NH * 8, k0);
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < O::NP; k0 += 16) {  // [v | 1] dS'ᵀ: B(k = n, f) stored as rows f
+      uint32_t a[4];
+      load_a<false>(a, gs, O::LDV, mt * 16, k0);
+      mma_row<NHB, false>(dp, a, sr_hi, L::LDSR, nh * NHB * 8, k0);
+      mma_row<NHB, false>(dp, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+    }
+    __syncthreads();  // [v | 1] is read: its tile takes the dv staging
+    stage_bf16<D, O::NH, O::LDV>(dv, mt * 16, nh * O::NH * 8, gs, [&](int) { return P.inv_n; });
+    for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
+    __syncthreads();
+    copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
+    features_backward<T, D, FEAT, O::LDX, L::LDDP, TILE, O::THREADS, true>(xs, dphi, P, false, static_cast<T*>(P.dk), bh, t0, end);
+    __syncthreads();
+  }
+}
+
+}  // namespace nala::attention::cuda

@@ -1,0 +1,264 @@
+// One-pass NaLa attention for bf16 inputs (docs/nala_attention.md §3-§4): one kernel reads q, k, v
+// once and writes o once; no state goes through global memory unless the backward needs it.
+//
+// A (batch, head) is one thread-block cluster of `ranks` CTAs (1..8, the x dimension of the grid),
+// each owning a contiguous range of tokens:
+//   phase 1  its k, v tiles: φ_k (fp32 math, stored bf16) and S' += φ_kᵀ [v | 1] by bf16 mma.sync
+//            with fp32 accumulators in registers. The ones column makes z the column D of S':
+//            S' = [S | z], (F × NP).
+//   reduce   every CTA writes its partial S' to shared memory; after a cluster barrier each CTA
+//            sums all ranks' partials in rank order through distributed shared memory (the same
+//            order everywhere: deterministic, identical copies), times 1/N, and keeps S'ᵀ as a
+//            bf16 pair hi + lo (16 significant bits) for the products of phase 2.
+//   phase 2  its q tiles: φ_q, then [φ_q S | φ_q z] = φ_q S' (hi and lo products) in one mma
+//            pass; o = φ_q S / (φ_q z + ε) staged in shared memory and written in 16-byte rows.
+// With P.S set (training), rank 0 also writes S, z in the chunked kernels' layout and every CTA
+// writes den per token, so the chunked backward (backward_kernels.cuh) runs unchanged.
+#pragma once
+#include <cooperative_groups.h>
+
+#include "attention/cuda/feature_maps.cuh"
+#include "attention/cuda/mma_bf16.cuh"
+#include "attention/cuda/mma.cuh"
+
+namespace nala::attention::cuda {
+
+template <int D, int FEAT>
+struct OnePass {
+  static constexpr int F = FEAT * D, Fp = (F + 15) / 16 * 16, Dp = (D + 15) / 16 * 16;
+  static constexpr int NP = (D + 1 + 15) / 16 * 16;  // v's columns, the ones column (z), zero pads
+  static constexpr int TILE = 64, THREADS = 256, WARPS = 8;
+  static constexpr int MT = Fp / 16;                 // m16 tiles of the state (rows f)
+  static constexpr int NH = NP / 16;                 // n8 tiles in each half of the state's columns
+  static constexpr int UNITS = 2 * MT;               // phase 1 work units: (m tile, column half)
+  static constexpr int UPW = (UNITS + WARPS - 1) / WARPS;
+  // shared memory (byte offsets): phase 1 / 2 work tiles, aliased by the partial state at the reduce
+  static constexpr int LDX = ld_row(Dp);    // x tile, fp32 (the feature maps' input)
+  static constexpr int LDPH = ld_bf16(Fp);  // φ tile, bf16
+  static constexpr int LDV = ld_bf16(NP);   // [v | 1 | 0] tile (phase 1), o staging (phase 2), bf16
+  static constexpr int LDA = NP + 4;        // partial S', fp32
+  static constexpr int XS = 0, PHI = XS + TILE * LDX * 4, VS = PHI + TILE * LDPH * 2, WORK_END = VS + TILE * LDV * 2;
+  static constexpr int ACC_END = Fp * LDA * 4;
+  static constexpr int ST_HI = ((WORK_END > ACC_END ? WORK_END : ACC_END) + 15) / 16 * 16;
+  static constexpr int ST_LO = ST_HI + NP * LDPH * 2, DEN = ST_LO + NP * LDPH * 2, BYTES = DEN + TILE * 4;
+  static_assert(D % 8 == 0 && LDX % 4 == 0 && LDPH % 8 == 0 && LDV % 8 == 0, "16-byte rows");
+};
+
+// A token tile of v as bf16 rows [v | 1 | 0 …] (NP columns; rows past N all zero, so they add
+// nothing to S or z), moved in 16-byte chunks: fetch() into registers, commit() into the tile.
+template <int D, int NP, int TILE, int THREADS>
+struct VTile {
+  static constexpr int TPT = THREADS / TILE, CH = D / 8, CPL = (CH + TPT - 1) / TPT;
+  uint4 raw[CPL];
+  bool valid = false;
+  __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, int b, int h, int t0, int n_end) {
+    const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT, n = t0 + t;
+    valid = n < n_end;
+    if (!valid) return;
+    const __nv_bfloat16* src = base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int c = lane + k * TPT;
+      if (c < CH) raw[k] = *reinterpret_cast<const uint4*>(src + c * 8);
+    }
+  }
+  template <int LD>
+  __device__ void commit(__nv_bfloat16* vs) const {
+    const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
+    __nv_bfloat16* row = vs + t * LD;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int c = lane + k * TPT;
+      if (c < CH) *reinterpret_cast<uint4*>(row + c * 8) = valid ? raw[k] : make_uint4(0, 0, 0, 0);
+    }
+    for (int c = CH + lane; c < NP / 8; c += TPT)  // bf16 1.0 is 0x3F80 (the low half is element 0)
+      *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(c == CH && valid ? 0x3F80u : 0u, 0, 0, 0);
+  }
+};
+
+// Rows of D bf16 from a shared tile (leading dim LD) to a contiguous (…, N, D) output, 16 bytes a lane.
+template <int D, int LD, int TILE, int THREADS>
+__device__ __forceinline__ void copy_rows_out(__nv_bfloat16* out, const __nv_bfloat16* tile, int64_t row0, int rows) {
+  constexpr int TPT = THREADS / TILE;
+  const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
+  if (t >= rows) return;
+  for (int c = lane; c < D / 8; c += TPT)
+    *reinterpret_cast<uint4*>(out + (row0 + t) * D + c * 8) = *reinterpret_cast<const uint4*>(tile + t * LD + c * 8);
+}
+
+// Columns col < D of an m16 × (8·NT) accumulator at (m0, n0), times scale(row), as bf16 into a
+// staging tile (rows t, leading dimension LD) for copy_rows_out.
+template <int D, int NT, int LD, typename Scale>
+__device__ __forceinline__ void stage_bf16(const float (&c)[NT][4], int m0, int n0, __nv_bfloat16* tile, Scale scale) {
+  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const float sc[2] = {scale(m0 + g), scale(m0 + g + 8)};
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = n0 + 8 * j + 2 * tq;
+    if (col >= D) continue;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = m0 + g + 8 * half;
+      const float f = sc[half];
+      *reinterpret_cast<__nv_bfloat162*>(tile + r * LD + col) = __floats2bfloat162_rn(c[j][2 * half] * f, c[j][2 * half + 1] * f);
+    }
+  }
+}
+
+__device__ __forceinline__ void sync_ranks(int ranks) {
+  if (ranks > 1) cooperative_groups::this_cluster().sync();
+  else __syncthreads();
+}
+
+// The reduce step: this (batch, head)'s state summed over the cluster's ranks in rank order (the
+// same order in every rank: identical, deterministic copies), times `scale`, kept as a bf16 pair
+// hi + lo (16 significant bits) with leading dimension ld: ROWS_N stores it transposed (rows n, as
+// the forward's φ_q S' product reads it), else as rows f. With P.S set (forward, training), rank
+// 0 also writes S (B·H, Fp, Dp) and z (B·H, Fp) for the backward.
+template <int D, int FEAT, bool ROWS_N>
+__device__ __forceinline__ void reduce_state(const float* accs, __nv_bfloat16* hi_out, __nv_bfloat16* lo_out, int ld, float scale,
+                                             const NalaKernelParams& P, int bh, int rank, int ranks, bool write_state) {
+  using O = OnePass<D, FEAT>;
+  sync_ranks(ranks);  // every rank's partial is in its shared memory
+  for (int i = threadIdx.x; i < O::Fp * O::NP; i += O::THREADS) {
+    const int f = i / O::NP, n = i % O::NP;
+    float s = 0.f;
+    if (ranks > 1) {
+      auto cluster = cooperative_groups::this_cluster();
+      for (int r = 0; r < ranks; ++r) s += cluster.map_shared_rank(const_cast<float*>(accs), r)[f * O::LDA + n];
+    } else {
+      s = accs[f * O::LDA + n];
+    }
+    s *= scale;
+    const __nv_bfloat16 hi = __float2bfloat16_rn(s);
+    const int at = ROWS_N ? n * ld + f : f * ld + n;
+    hi_out[at] = hi;
+    lo_out[at] = __float2bfloat16_rn(s - __bfloat162float(hi));
+    if (write_state && rank == 0) {
+      if (n < O::Dp) P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] = n < D ? s : 0.f;
+      if (n == D) P.z[int64_t(bh) * O::Fp + f] = s;
+    }
+  }
+  sync_ranks(ranks);  // no rank reads a partial any more: the work tiles may be overwritten
+}
+
+// Writes this warp's phase-1 style accumulators (units of (m tile, column half)) as fp32 rows f.
+template <int D, int FEAT, typename Acc>
+__device__ __forceinline__ void store_partial(const Acc& acc, float* accs) {
+  using O = OnePass<D, FEAT>;
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int u = 0; u < O::UPW; ++u) {
+    const int unit = warp + u * O::WARPS;
+    if (unit < O::UNITS)
+      for_each_c<O::NH>(acc[u], unit / 2 * 16, unit % 2 * O::NH * 8, [&](int r, int c, float x) { accs[r * O::LDA + c] = x; });
+  }
+}
+
+// acc += Aᵀ B over one token tile, A = φ (rows t, F columns), B = a (rows t, NP columns) tile: the
+// state products S' += φ_kᵀ [v | 1] (forward) and dS' += φ_qᵀ [g | −c] (backward).
+template <int D, int FEAT, typename Acc>
+__device__ __forceinline__ void accumulate_state(Acc& acc, const __nv_bfloat16* phi, const __nv_bfloat16* b) {
+  using O = OnePass<D, FEAT>;
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int u = 0; u < O::UPW; ++u) {
+    const int unit = warp + u * O::WARPS;
+    if (unit >= O::UNITS) continue;
+    const int m0 = unit / 2 * 16, n0 = unit % 2 * O::NH * 8;
+#pragma unroll
+    for (int k0 = 0; k0 < O::TILE; k0 += 16) {
+      uint32_t a[4];
+      load_a<true>(a, phi, O::LDPH, m0, k0);              // φᵀ: rows f, stored as rows t
+      mma_row<O::NH, true>(acc[u], a, b, O::LDV, n0, k0);  // stored as rows t
+    }
+  }
+}
+
+template <int D, int FEAT>
+__global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKernelParams P) {
+  using O = OnePass<D, FEAT>;
+  using T = __nv_bfloat16;
+  constexpr int TILE = O::TILE;
+  extern __shared__ float4 smem_f4[];
+  char* sm = reinterpret_cast<char*>(smem_f4);
+  T* phi = reinterpret_cast<T*>(sm + O::PHI);
+  T* vs = reinterpret_cast<T*>(sm + O::VS);
+  float* accs = reinterpret_cast<float*>(sm);  // the partial S' (aliases the work tiles)
+  T* st_hi = reinterpret_cast<T*>(sm + O::ST_HI);
+  T* st_lo = reinterpret_cast<T*>(sm + O::ST_LO);
+  float* dens = reinterpret_cast<float*>(sm + O::DEN);
+  const int bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+  const int rank = blockIdx.x, ranks = gridDim.x;  // a cluster spans the grid's x dimension
+  const int begin = rank * P.tokens_per_chunk, end = min(P.N, begin + P.tokens_per_chunk);
+  const int warp = threadIdx.x / 32;
+
+  // ---- phase 1: S' = Σ_i φ_k(k_i) [v_i | 1] over this rank's tokens
+  float acc[O::UPW][O::NH][4];
+#pragma unroll
+  for (int u = 0; u < O::UPW; ++u)
+#pragma unroll
+    for (int j = 0; j < O::NH; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[u][j][e] = 0.f;
+  const T* kp = static_cast<const T*>(P.k);
+  const T* vp = static_cast<const T*>(P.v);
+  constexpr int TPT = O::THREADS / TILE;
+  T* phi_row = phi + threadIdx.x / TPT * O::LDPH;  // this thread's token row of the φ tile
+  TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
+  VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
+  fk.fetch(kp, P.k_stride, b, h, begin, end, true);
+  fv.fetch(vp, P.v_stride, b, h, begin, end);
+  for (int t0 = begin; t0 < end; t0 += TILE) {
+    if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
+      fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
+      fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
+    }
+    fv.template commit<O::LDV>(vs);
+    token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
+    __syncthreads();
+    accumulate_state<D, FEAT>(acc, phi, vs);
+    __syncthreads();
+    fk = fk_next;
+    fv = fv_next;
+  }
+  store_partial<D, FEAT>(acc, accs);
+  reduce_state<D, FEAT, true>(accs, st_hi, st_lo, O::LDPH, P.inv_n, P, bh, rank, ranks, P.S != nullptr);
+
+  // ---- phase 2: o = φ_q S / (φ_q z + ε) for this rank's tokens
+  const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
+  constexpr int DEN_HALF = D / (O::NH * 8), DEN_TILE = D % (O::NH * 8) / 8, DEN_COL = D % 8;
+  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const T* qp = static_cast<const T*>(P.q);
+  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
+  fq.fetch(qp, P.q_stride, b, h, begin, end, true);
+  for (int t0 = begin; t0 < end; t0 += TILE) {
+    if (t0 + TILE < end) fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
+    token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
+    __syncthreads();
+    float c[O::NH][4];
+#pragma unroll
+    for (int j = 0; j < O::NH; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[j][e] = 0.f;
+#pragma unroll
+    for (int k0 = 0; k0 < O::Fp; k0 += 16) {
+      uint32_t a[4];
+      load_a<false>(a, phi, O::LDPH, mt * 16, k0);                       // φ_q: rows t
+      mma_row<O::NH, false>(c, a, st_hi, O::LDPH, nh * O::NH * 8, k0);  // S'ᵀ: rows n
+      mma_row<O::NH, false>(c, a, st_lo, O::LDPH, nh * O::NH * 8, k0);
+    }
+    if (nh == DEN_HALF && tq == DEN_COL / 2) {  // column D of φ_q S' is φ_q·z
+      dens[mt * 16 + g] = c[DEN_TILE][DEN_COL % 2] + P.eps;
+      dens[mt * 16 + g + 8] = c[DEN_TILE][2 + DEN_COL % 2] + P.eps;
+    }
+    __syncthreads();
+    stage_bf16<D, O::NH, O::LDV>(c, mt * 16, nh * O::NH * 8, vs, [&](int r) { return 1.f / dens[r]; });
+    if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
+    __syncthreads();
+    copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o), vs, int64_t(bh) * P.N + t0, end - t0);
+    fq = fq_next;
+  }
+}
+
+}  // namespace nala::attention::cuda
