@@ -116,21 +116,20 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
   const T* qp = static_cast<const T*>(P.q);
   const T* gp = static_cast<const T*>(P.grad_o);
   const float* denp = P.den + int64_t(bh) * P.N;
-  TileFetch<T, D, TILE, O::THREADS> fq;
-  GradTile<D, O::NP, TILE, O::THREADS> fg;
+  constexpr int TPT = O::THREADS / TILE;
+  T* phi_row = phi + threadIdx.x / TPT * O::LDPH;  // this thread's token row of the φ tile
+  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
+  GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
   fq.fetch(qp, P.q_stride, b, h, begin, end, true);
   fg.fetch(gp, P.go_stride, denp, b, h, begin, end);
-  NalaKernelParams Pe = P;
-  Pe.N = end;  // rows past this rank's end are zero
   for (int t0 = begin; t0 < end; t0 += TILE) {
-    fq.template commit<O::LDX>(xs, true);
-    fg.template commit<O::LDV>(gs, dinv);
     if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
-      fq.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
-      fg.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
+      fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
+      fg_next.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
     }
-    __syncthreads();
-    features_forward<D, FEAT, O::LDX, O::LDPH, TILE, O::THREADS, true>(xs, phi, Pe, true, t0);
+    fq.template commit<O::LDX>(xs, true);  // fp32 q for φ_q's backward
+    fg.template commit<O::LDV>(gs, dinv);
+    token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
     __syncthreads();
     // X = g Sᵀ over this warp's (16 tokens, F/2 features); the column D of g is still zero
     float x[NHB][4];
@@ -150,9 +149,10 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
 #pragma unroll
     for (int j = 0; j < NHB; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = mt * 16 + g + (e >> 1) * 8, f = nh * NHB * 8 + 8 * j + 2 * tq + (e & 1);
-        part[e >> 1] += __bfloat162float(phi[r * O::LDPH + f]) * x[j][e];
+      for (int hf = 0; hf < 2; ++hf) {  // the fragment's two adjacent columns as one bf16 pair
+        const int r = mt * 16 + g + hf * 8, f = nh * NHB * 8 + 8 * j + 2 * tq;
+        const float2 ph = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(phi + r * O::LDPH + f));
+        part[hf] += ph.x * x[j][2 * hf] + ph.y * x[j][2 * hf + 1];
       }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -164,16 +164,33 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
       cpart[nh * TILE + mt * 16 + g + 8] = part[1];
     }
     __syncthreads();  // every warp is past its reads of g's column D and has its share of c
-    auto c_of = [&](int r) { return (cpart[r] + cpart[TILE + r]) * dinv[r]; };
-    for_each_c<NHB>(x, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v - c_of(r) * zs[f]; });
+    float c_row[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = mt * 16 + g + hf * 8;
+      c_row[hf] = (cpart[r] + cpart[TILE + r]) * dinv[r];
+    }
+#pragma unroll
+    for (int j = 0; j < NHB; ++j) {
+      const int f = nh * NHB * 8 + 8 * j + 2 * tq;
+      const float2 zf = *reinterpret_cast<const float2*>(zs + f);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = mt * 16 + g + hf * 8;
+        *reinterpret_cast<float2*>(dphi + r * L::LDDP + f) =
+            make_float2(x[j][2 * hf] - c_row[hf] * zf.x, x[j][2 * hf + 1] - c_row[hf] * zf.y);
+      }
+    }
     if (nh == 0 && tq == 0) {
-      gs[(mt * 16 + g) * O::LDV + D] = __float2bfloat16_rn(-c_of(mt * 16 + g));
-      gs[(mt * 16 + g + 8) * O::LDV + D] = __float2bfloat16_rn(-c_of(mt * 16 + g + 8));
+      gs[(mt * 16 + g) * O::LDV + D] = __float2bfloat16_rn(-c_row[0]);
+      gs[(mt * 16 + g + 8) * O::LDV + D] = __float2bfloat16_rn(-c_row[1]);
     }
     __syncthreads();
     accumulate_state<D, FEAT>(acc, phi, gs);
     features_backward<T, D, FEAT, O::LDX, L::LDDP, TILE, O::THREADS, true>(xs, dphi, P, true, static_cast<T*>(P.dq), bh, t0, end);
     __syncthreads();
+    fq = fq_next;
+    fg = fg_next;
   }
   store_partial<D, FEAT>(acc, accs);
   reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
@@ -181,19 +198,18 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
   // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
   const T* kp = static_cast<const T*>(P.k);
   const T* vp = static_cast<const T*>(P.v);
-  TileFetch<T, D, TILE, O::THREADS> fk;
-  VTile<D, O::NP, TILE, O::THREADS> fv;
+  TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
+  VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
   fk.fetch(kp, P.k_stride, b, h, begin, end, true);
   fv.fetch(vp, P.v_stride, b, h, begin, end);
   for (int t0 = begin; t0 < end; t0 += TILE) {
-    fk.template commit<O::LDX>(xs, true);
-    fv.template commit<O::LDV>(gs);
     if (t0 + TILE < end) {
-      fk.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
-      fv.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
+      fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
+      fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
     }
-    __syncthreads();
-    features_forward<D, FEAT, O::LDX, O::LDPH, TILE, O::THREADS, true>(xs, phi, Pe, false, t0);
+    fk.template commit<O::LDX>(xs, true);  // fp32 k for φ_k's backward
+    fv.template commit<O::LDV>(gs);
+    token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
     __syncthreads();
     float dv[O::NH][4], dp[NHB][4];
 #pragma unroll
@@ -225,6 +241,8 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
     copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
     features_backward<T, D, FEAT, O::LDX, L::LDDP, TILE, O::THREADS, true>(xs, dphi, P, false, static_cast<T*>(P.dk), bh, t0, end);
     __syncthreads();
+    fk = fk_next;
+    fv = fv_next;
   }
 }
 

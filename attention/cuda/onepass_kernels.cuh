@@ -120,23 +120,48 @@ __device__ __forceinline__ void reduce_state(const float* accs, __nv_bfloat16* h
                                              const NalaKernelParams& P, int bh, int rank, int ranks, bool write_state) {
   using O = OnePass<D, FEAT>;
   sync_ranks(ranks);  // every rank's partial is in its shared memory
-  for (int i = threadIdx.x; i < O::Fp * O::NP; i += O::THREADS) {
-    const int f = i / O::NP, n = i % O::NP;
-    float s = 0.f;
+  static_assert(O::NP % 4 == 0 && O::LDA % 4 == 0, "float4 rows");
+  constexpr int Q = O::NP / 4;  // float4 quads per row
+  for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
+    const int f = i / Q, n0 = i % Q * 4;
+    float4 s4;
     if (ranks > 1) {
       auto cluster = cooperative_groups::this_cluster();
-      for (int r = 0; r < ranks; ++r) s += cluster.map_shared_rank(const_cast<float*>(accs), r)[f * O::LDA + n];
+      s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int r = 0; r < ranks; ++r) {
+        const float4 p = *reinterpret_cast<const float4*>(cluster.map_shared_rank(const_cast<float*>(accs), r) + f * O::LDA + n0);
+        s4.x += p.x;
+        s4.y += p.y;
+        s4.z += p.z;
+        s4.w += p.w;
+      }
     } else {
-      s = accs[f * O::LDA + n];
+      s4 = *reinterpret_cast<const float4*>(accs + f * O::LDA + n0);
     }
-    s *= scale;
-    const __nv_bfloat16 hi = __float2bfloat16_rn(s);
-    const int at = ROWS_N ? n * ld + f : f * ld + n;
-    hi_out[at] = hi;
-    lo_out[at] = __float2bfloat16_rn(s - __bfloat162float(hi));
+    const float v[4] = {s4.x * scale, s4.y * scale, s4.z * scale, s4.w * scale};
+    __nv_bfloat16 hi[4], lo[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      hi[u] = __float2bfloat16_rn(v[u]);
+      lo[u] = __float2bfloat16_rn(v[u] - __bfloat162float(hi[u]));
+    }
+    if (ROWS_N) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        hi_out[(n0 + u) * ld + f] = hi[u];
+        lo_out[(n0 + u) * ld + f] = lo[u];
+      }
+    } else {
+      *reinterpret_cast<uint2*>(hi_out + f * ld + n0) = *reinterpret_cast<const uint2*>(hi);
+      *reinterpret_cast<uint2*>(lo_out + f * ld + n0) = *reinterpret_cast<const uint2*>(lo);
+    }
     if (write_state && rank == 0) {
-      if (n < O::Dp) P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] = n < D ? s : 0.f;
-      if (n == D) P.z[int64_t(bh) * O::Fp + f] = s;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int n = n0 + u;
+        if (n < O::Dp) P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] = n < D ? v[u] : 0.f;
+        if (n == D) P.z[int64_t(bh) * O::Fp + f] = v[u];
+      }
     }
   }
   sync_ranks(ranks);  // no rank reads a partial any more: the work tiles may be overwritten
