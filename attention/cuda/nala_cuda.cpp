@@ -99,6 +99,19 @@ NalaCudaKernel kernel_from_env() {
 
 NalaCudaKernel g_kernel = kernel_from_env();
 
+// NALA_ONEPASS_BWD_STATE=auto (default) | hilo | bf16: how the one-pass backward holds S and dS'.
+// bf16 alone halves its mma passes and shared memory (at d = 64: two CTAs an SM, 0.99 → 0.63 ms at
+// N = 256; docs/benchmarks.md) within the gradient tolerances; auto takes it where it buys a second
+// CTA an SM and keeps the hi + lo pairs elsewhere (d = 72: no occupancy gain, less error).
+OnePassBackwardState backward_state_from_env() {
+  const char* e = std::getenv("NALA_ONEPASS_BWD_STATE");
+  if (e == nullptr || std::string(e).empty() || std::string(e) == "auto") return OnePassBackwardState::Auto;
+  if (std::string(e) == "hilo") return OnePassBackwardState::HiLo;
+  if (std::string(e) == "bf16") return OnePassBackwardState::Bf16;
+  TORCH_CHECK(false, "NALA_ONEPASS_BWD_STATE must be auto, hilo or bf16, got '", e, "'");
+}
+OnePassBackwardState g_backward_state = backward_state_from_env();
+
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
 // GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
 // even 8 ranks would leave SMs idle: the chunked kernels split long sequences further.
@@ -116,6 +129,7 @@ bool onepass_split(int N, int BH, int& ranks, int& per_rank) {
 
 void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel = k; }
+void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state = s; }
 NalaCudaKernel nala_cuda_kernel() { return g_kernel; }
 
 NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,
@@ -201,6 +215,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   if (g_kernel == NalaCudaKernel::OnePass || (g_kernel == NalaCudaKernel::Auto && fills)) {
     p.chunks = ranks;
     p.tokens_per_chunk = per_rank;
+    p.state_lo = g_backward_state == OnePassBackwardState::HiLo ||
+                 (g_backward_state == OnePassBackwardState::Auto && !cuda::onepass_bf16_state_adds_a_block(p.D, feat));
     at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(q.sizes(), q.options()), dv = at::empty(q.sizes(), q.options());
     poison({dq, dk, dv});
     p.dq = dq.data_ptr();

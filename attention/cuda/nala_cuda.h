@@ -29,5 +29,10 @@ void set_nala_cuda_poison(bool on);
 enum class NalaCudaKernel { Auto, Chunked, OnePass };
 void set_nala_cuda_kernel(NalaCudaKernel k);
 NalaCudaKernel nala_cuda_kernel();
+// How the one-pass backward holds S and dS': bf16 hi + lo pairs, bf16 alone, or Auto (the default:
+// bf16 alone where that fits a second CTA on an SM, d = 64; NALA_ONEPASS_BWD_STATE=auto|hilo|bf16
+// sets the start value).
+enum class OnePassBackwardState { Auto, HiLo, Bf16 };
+void set_nala_onepass_backward_state(OnePassBackwardState s);
 
 }  // namespace nala::attention

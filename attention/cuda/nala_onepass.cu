@@ -12,6 +12,14 @@ namespace nala::attention::cuda {
 
 bool onepass_supported(int D, int feat) { return (D == 64 || D == 72) && (feat == 1 || feat == 2); }
 
+bool onepass_bf16_state_adds_a_block(int D, int feat) {
+#define NALA_GAIN(DD, FF) \
+  if (D == DD && feat == FF) return OnePassBwd<DD, FF, false>::MIN_BLOCKS > OnePassBwd<DD, FF, true>::MIN_BLOCKS;
+  NALA_GAIN(64, 2) NALA_GAIN(72, 2) NALA_GAIN(64, 1) NALA_GAIN(72, 1)
+#undef NALA_GAIN
+  return false;
+}
+
 template <typename Kernel>
 static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threads, int smem_bytes, cudaStream_t st, const char* what) {
   if (P.chunks < 1 || P.chunks > 8 || P.tokens_per_chunk % kOnePassTile != 0)
@@ -39,8 +47,10 @@ template <int D, int FEAT>
 static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
   if (forward)
     launch_clustered(onepass_forward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePass<D, FEAT>::BYTES, st, "forward");
+  else if (P.state_lo)
+    launch_clustered(onepass_backward_kernel<D, FEAT, true>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT, true>::BYTES, st, "backward");
   else
-    launch_clustered(onepass_backward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT>::BYTES, st, "backward");
+    launch_clustered(onepass_backward_kernel<D, FEAT, false>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT, false>::BYTES, st, "backward");
 }
 
 static void dispatch_onepass(const NalaKernelParams& p, void* stream, bool forward) {

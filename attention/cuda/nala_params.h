@@ -45,6 +45,7 @@ struct NalaKernelParams {
   float lambda = 3, tau = 0.5f, alpha = 1, eps = 1e-6f, eps_norm = 1e-6f, focus_power = 3;
   float inv_n = 1;
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
+  bool state_lo = true;      // one-pass backward: S and dS' as bf16 hi + lo pairs (else hi only)
   DType dtype = DType::F32;
 };
 
@@ -69,5 +70,8 @@ void launch_nala_forward_onepass(const NalaKernelParams& p, void* stream);
 // The one-pass backward (onepass_backward.cuh): the same split; reads S, z, den as either forward
 // saved them.
 void launch_nala_backward_onepass(const NalaKernelParams& p, void* stream);
+// Whether holding S and dS' in bf16 alone (p.state_lo = false) lets the one-pass backward run two
+// CTAs an SM where the hi + lo pairs allow one.
+bool onepass_bf16_state_adds_a_block(int D, int feat);
 
 }  // namespace nala::attention::cuda

@@ -13,7 +13,10 @@
 
 namespace nala::attention::cuda {
 
-template <int D, int FEAT>
+// LO: S and dS' enter the products as bf16 hi + lo pairs (true) or as bf16 alone (false: less
+// shared memory, two CTAs an SM where it fits, half the mma passes; the gradients' error grows by
+// the state's bf16 rounding).
+template <int D, int FEAT, bool LO>
 struct OnePassBwd {
   using O = OnePass<D, FEAT>;
   static constexpr int TILE = O::TILE, THREADS = O::THREADS;
@@ -23,8 +26,9 @@ struct OnePassBwd {
   static constexpr int XS = 0, PHI = XS + TILE * O::LDX * 4, GS = PHI + TILE * O::LDPH * 2, DPHI = GS + TILE * O::LDV * 2,
                        WORK_END = DPHI + TILE * LDDP * 4;
   static constexpr int SR_HI = ((WORK_END > O::ACC_END ? WORK_END : O::ACC_END) + 15) / 16 * 16;
-  static constexpr int SR_LO = SR_HI + O::Fp * LDSR * 2, ZS = SR_LO + O::Fp * LDSR * 2, CPART = ZS + O::Fp * 4,
+  static constexpr int SR_LO = SR_HI + O::Fp * LDSR * 2, ZS = SR_LO + (LO ? O::Fp * LDSR * 2 : 0), CPART = ZS + O::Fp * 4,
                        DINV = CPART + 2 * TILE * 4, BYTES = DINV + TILE * 4;
+  static constexpr int MIN_BLOCKS = BYTES <= 112 * 1024 ? 2 : 1;  // CTAs an SM that shared memory allows
 };
 
 // A token tile of grad_o as bf16 rows g = do / den (NP columns, zero from D on; rows past the end
@@ -71,10 +75,10 @@ struct GradTile {
   }
 };
 
-template <int D, int FEAT>
-__global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKernelParams P) {
+template <int D, int FEAT, bool LO>
+__global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onepass_backward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
-  using L = OnePassBwd<D, FEAT>;
+  using L = OnePassBwd<D, FEAT, LO>;
   using T = __nv_bfloat16;
   constexpr int TILE = O::TILE, NHB = L::NHB;
   extern __shared__ float4 smem_f4[];
@@ -85,7 +89,7 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
   float* dphi = reinterpret_cast<float*>(sm + L::DPHI);
   float* accs = reinterpret_cast<float*>(sm);  // the partial dS' (aliases the work tiles)
   T* sr_hi = reinterpret_cast<T*>(sm + L::SR_HI);
-  T* sr_lo = reinterpret_cast<T*>(sm + L::SR_LO);
+  T* sr_lo = LO ? reinterpret_cast<T*>(sm + L::SR_LO) : nullptr;
   float* zs = reinterpret_cast<float*>(sm + L::ZS);
   float* cpart = reinterpret_cast<float*>(sm + L::CPART);
   float* dinv = reinterpret_cast<float*>(sm + L::DINV);
@@ -101,7 +105,7 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
     const float x = n < D ? P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] : 0.f;
     const T hi = __float2bfloat16_rn(x);
     sr_hi[f * L::LDSR + n] = hi;
-    sr_lo[f * L::LDSR + n] = __float2bfloat16_rn(x - __bfloat162float(hi));
+    if (LO) sr_lo[f * L::LDSR + n] = __float2bfloat16_rn(x - __bfloat162float(hi));
   }
   for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
 
@@ -142,7 +146,7 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
       uint32_t a[4];
       load_a<false>(a, gs, O::LDV, mt * 16, k0);                  // g: rows t
       mma_row<NHB, false>(x, a, sr_hi, L::LDSR, nh * NHB * 8, k0);  // Sᵀ: S stored as rows f
-      mma_row<NHB, false>(x, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+      if (LO) mma_row<NHB, false>(x, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
     }
     // c_t = φ_q,t · X_t / den_t: this half's share per row, summed over the quad, halves in smem
     float part[2] = {0.f, 0.f};
@@ -225,14 +229,14 @@ __global__ void __launch_bounds__(256, 1) onepass_backward_kernel(const NalaKern
       uint32_t a[4];
       load_a<false>(a, phi, O::LDPH, mt * 16, k0);
       mma_row<O::NH, true>(dv, a, sr_hi, L::LDSR, nh * O::NH * 8, k0);
-      mma_row<O::NH, true>(dv, a, sr_lo, L::LDSR, nh * O::NH * 8, k0);
+      if (LO) mma_row<O::NH, true>(dv, a, sr_lo, L::LDSR, nh * O::NH * 8, k0);
     }
 #pragma unroll
     for (int k0 = 0; k0 < O::NP; k0 += 16) {  // [v | 1] dS'ᵀ: B(k = n, f) stored as rows f
       uint32_t a[4];
       load_a<false>(a, gs, O::LDV, mt * 16, k0);
       mma_row<NHB, false>(dp, a, sr_hi, L::LDSR, nh * NHB * 8, k0);
-      mma_row<NHB, false>(dp, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+      if (LO) mma_row<NHB, false>(dp, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
     }
     __syncthreads();  // [v | 1] is read: its tile takes the dv staging
     stage_bf16<D, O::NH, O::LDV>(dv, mt * 16, nh * O::NH * 8, gs, [&](int) { return P.inv_n; });

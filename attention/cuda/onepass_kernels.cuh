@@ -112,7 +112,7 @@ __device__ __forceinline__ void sync_ranks(int ranks) {
 
 // The reduce step: this (batch, head)'s state summed over the cluster's ranks in rank order (the
 // same order in every rank: identical, deterministic copies), times `scale`, kept as a bf16 pair
-// hi + lo (16 significant bits) with leading dimension ld: ROWS_N stores it transposed (rows n, as
+// hi + lo (16 significant bits; hi only when lo_out is null) with leading dimension ld: ROWS_N stores it transposed (rows n, as
 // the forward's φ_q S' product reads it), else as rows f. With P.S set (forward, training), rank
 // 0 also writes S (B·H, Fp, Dp) and z (B·H, Fp) for the backward.
 template <int D, int FEAT, bool ROWS_N>
@@ -149,11 +149,11 @@ __device__ __forceinline__ void reduce_state(const float* accs, __nv_bfloat16* h
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         hi_out[(n0 + u) * ld + f] = hi[u];
-        lo_out[(n0 + u) * ld + f] = lo[u];
+        if (lo_out != nullptr) lo_out[(n0 + u) * ld + f] = lo[u];
       }
     } else {
       *reinterpret_cast<uint2*>(hi_out + f * ld + n0) = *reinterpret_cast<const uint2*>(hi);
-      *reinterpret_cast<uint2*>(lo_out + f * ld + n0) = *reinterpret_cast<const uint2*>(lo);
+      if (lo_out != nullptr) *reinterpret_cast<uint2*>(lo_out + f * ld + n0) = *reinterpret_cast<const uint2*>(lo);
     }
     if (write_state && rank == 0) {
 #pragma unroll

@@ -146,9 +146,11 @@ class NalaCudaOnePass : public NalaCuda {
   void SetUp() override {
     NalaCuda::SetUp();
     set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+    set_nala_onepass_backward_state(OnePassBackwardState::HiLo);  // BackwardWithBf16State covers the other
   }
   void TearDown() override {
     set_nala_cuda_kernel(NalaCudaKernel::Auto);
+    set_nala_onepass_backward_state(OnePassBackwardState::Auto);
     NalaCuda::TearDown();
   }
 };
@@ -207,4 +209,14 @@ TEST_F(NalaCudaOnePass, BackwardRepeatsAndTakesEitherForwardsState) {
     EXPECT_LE(rel_err(mixed[i], chunked[i]), 1e-2) << i;
     EXPECT_LE(rel_err(a[i], chunked[i]), 1e-2) << i;
   }
+}
+
+TEST_F(NalaCudaOnePass, BackwardWithBf16State) {
+  // the variant that holds S and dS' in bf16 alone (NALA_ONEPASS_BWD_STATE=bf16; the automatic
+  // choice at d = 64) must meet the same gradient tolerances as the hi + lo pairs
+  set_nala_onepass_backward_state(OnePassBackwardState::Bf16);
+  for (Case c : {Case{3, 1, 97, 64}, Case{1, 3, 1025, 72}, Case{2, 3, 257, 64}, Case{1, 2, 4099, 64}}) compare(FeatureMap::Nala, at::kBFloat16, c);
+  for (auto map : {FeatureMap::NalaRelu, FeatureMap::Elu, FeatureMap::Relu, FeatureMap::Focused}) compare(map, at::kBFloat16, Case{2, 3, 97, 64});
+  compare(FeatureMap::Nala, at::kBFloat16, Case{2, 3, 97, 64}, 20.0);
+  set_nala_onepass_backward_state(OnePassBackwardState::Auto);
 }
