@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -97,7 +98,13 @@ NalaCudaKernel kernel_from_env() {
   TORCH_CHECK(false, "NALA_ATTENTION_KERNEL must be auto, chunked or onepass, got '", e, "'");
 }
 
-NalaCudaKernel g_kernel = kernel_from_env();
+// Read from the environment at first use (not at library load, where a bad value could only abort):
+// a bad value is then a clear error from the call, every time.
+std::optional<NalaCudaKernel> g_kernel_set;
+NalaCudaKernel current_kernel() {
+  if (!g_kernel_set) g_kernel_set = kernel_from_env();
+  return *g_kernel_set;
+}
 
 // NALA_ONEPASS_BWD_STATE=auto (default) | hilo | bf16: how the one-pass backward holds S and dS'.
 // bf16 alone halves its mma passes and shared memory (at d = 64: two CTAs an SM, 0.99 → 0.63 ms at
@@ -110,7 +117,11 @@ OnePassBackwardState backward_state_from_env() {
   if (std::string(e) == "bf16") return OnePassBackwardState::Bf16;
   TORCH_CHECK(false, "NALA_ONEPASS_BWD_STATE must be auto, hilo or bf16, got '", e, "'");
 }
-OnePassBackwardState g_backward_state = backward_state_from_env();
+std::optional<OnePassBackwardState> g_backward_state_set;
+OnePassBackwardState current_backward_state() {
+  if (!g_backward_state_set) g_backward_state_set = backward_state_from_env();
+  return *g_backward_state_set;
+}
 
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
 // GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
@@ -128,9 +139,9 @@ bool onepass_split(int N, int BH, int& ranks, int& per_rank) {
 }  // namespace
 
 void set_nala_cuda_poison(bool on) { g_poison = on; }
-void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel = k; }
-void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state = s; }
-NalaCudaKernel nala_cuda_kernel() { return g_kernel; }
+void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel_set = k; }
+void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state_set = s; }
+NalaCudaKernel nala_cuda_kernel() { return current_kernel(); }
 
 NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,
                               bool save_state) {
@@ -147,9 +158,10 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
   const bool onepass_ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
   int ranks = 1, per_rank = 0;
   const bool fills = onepass_ok && onepass_split(p.N, BH, ranks, per_rank);
-  TORCH_CHECK(g_kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
+  const NalaCudaKernel kernel = current_kernel();
+  TORCH_CHECK(kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
               "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
-  if (g_kernel == NalaCudaKernel::OnePass || (g_kernel == NalaCudaKernel::Auto && fills)) {
+  if (kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills)) {
     p.chunks = ranks;
     p.tokens_per_chunk = per_rank;
     r.o = at::empty(q.sizes(), q.options());  // (B, H, N, D)
@@ -210,13 +222,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   const bool onepass_ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
   int ranks = 1, per_rank = 0;
   const bool fills = onepass_ok && onepass_split(p.N, BH, ranks, per_rank);
-  TORCH_CHECK(g_kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
+  const NalaCudaKernel kernel = current_kernel();
+  TORCH_CHECK(kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
               "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
-  if (g_kernel == NalaCudaKernel::OnePass || (g_kernel == NalaCudaKernel::Auto && fills)) {
+  if (kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills)) {
     p.chunks = ranks;
     p.tokens_per_chunk = per_rank;
-    p.state_lo = g_backward_state == OnePassBackwardState::HiLo ||
-                 (g_backward_state == OnePassBackwardState::Auto && !cuda::onepass_bf16_state_adds_a_block(p.D, feat));
+    const OnePassBackwardState state = current_backward_state();
+    p.state_lo = state == OnePassBackwardState::HiLo ||
+                 (state == OnePassBackwardState::Auto && !cuda::onepass_bf16_state_adds_a_block(p.D, feat));
     at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(q.sizes(), q.options()), dv = at::empty(q.sizes(), q.options());
     poison({dq, dk, dv});
     p.dq = dq.data_ptr();
