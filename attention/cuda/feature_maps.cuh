@@ -37,29 +37,40 @@ template <bool FAST> __device__ __forceinline__ float pow_pos(float b, float e) 
   return b > 0.f ? expf(e * logf(b)) : 0.f;
 }
 
-template <int D, int LD, int TPT, bool FAST>
-__device__ __forceinline__ TokenStats token_stats(const float* xrow, const NalaKernelParams& P, bool query) {
-  const int lane = threadIdx.x % TPT;
+// A token's statistics from this lane's elements: sums of x², and for the focused map of relu(x)²
+// and relu(x)^(2P), added up over the token's TPT lanes by finish().
+template <int TPT, bool FAST>
+struct StatSums {
   float s = 0.f, r2 = 0.f, rp2 = 0.f;
-  for (int j = lane; j < D; j += TPT) {
-    const float x = xrow[j];
+  __device__ __forceinline__ void add(float x, bool focused, float power) {
     s += x * x;
-    if (P.map == KernelMap::Focused) {
-      const float r = fmaxf(x, 0.f), rp = pow_pos<FAST>(r, P.focus_power);
+    if (focused) {
+      const float r = fmaxf(x, 0.f), rp = pow_pos<FAST>(r, power);
       r2 += r * r;
       rp2 += rp * rp;
     }
   }
-  TokenStats st;
-  st.n = sqrtf(token_sum<TPT>(s));
-  st.inv = 1.f / fmaxf(st.n, P.eps_norm);
-  st.tn = tanhf(st.n);
-  st.p = query ? P.lambda * (P.tau + st.tn) : P.lambda;
-  if (P.map == KernelMap::Focused) {
-    st.nr = sqrtf(token_sum<TPT>(r2));
-    st.nrp = sqrtf(token_sum<TPT>(rp2));
+  __device__ __forceinline__ TokenStats finish(const NalaKernelParams& P, bool query, bool focused) {
+    TokenStats st;
+    st.n = sqrtf(token_sum<TPT>(s));
+    st.inv = 1.f / fmaxf(st.n, P.eps_norm);
+    st.tn = tanhf(st.n);
+    st.p = query ? P.lambda * (P.tau + st.tn) : P.lambda;
+    if (focused) {
+      st.nr = sqrtf(token_sum<TPT>(r2));
+      st.nrp = sqrtf(token_sum<TPT>(rp2));
+    }
+    return st;
   }
-  return st;
+};
+
+template <int D, int LD, int TPT, bool FAST>
+__device__ __forceinline__ TokenStats token_stats(const float* xrow, const NalaKernelParams& P, bool query) {
+  const int lane = threadIdx.x % TPT;
+  const bool focused = P.map == KernelMap::Focused;
+  StatSums<TPT, FAST> sums;
+  for (int j = lane; j < D; j += TPT) sums.add(xrow[j], focused, P.focus_power);
+  return sums.finish(P, query, focused);
 }
 
 // phi[t][·] of every token of a tile; rows past N are zero (they must not enter z).
@@ -160,7 +171,8 @@ __device__ __forceinline__ void token_features(const uint4 (&raw)[CPL], bool val
   constexpr int CH = D / 8, Fp = (FEAT * D + 15) / 16 * 16;
   const int lane = threadIdx.x % TPT;
   float x[CPL][8];
-  float s = 0.f, r2 = 0.f, rp2 = 0.f;
+  const bool focused = FEAT == 1 && P.map == KernelMap::Focused;
+  StatSums<TPT, true> sums;
 #pragma unroll
   for (int k = 0; k < CPL; ++k) {
     const bool have = valid && lane + k * TPT < CH;
@@ -172,24 +184,9 @@ __device__ __forceinline__ void token_features(const uint4 (&raw)[CPL], bool val
       x[k][2 * u + 1] = v.y;
     }
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      s += x[k][u] * x[k][u];
-      if (FEAT == 1 && P.map == KernelMap::Focused) {
-        const float r = fmaxf(x[k][u], 0.f), rp = pow_pos<true>(r, P.focus_power);
-        r2 += r * r;
-        rp2 += rp * rp;
-      }
-    }
+    for (int u = 0; u < 8; ++u) sums.add(x[k][u], focused, P.focus_power);
   }
-  TokenStats st;
-  st.n = sqrtf(token_sum<TPT>(s));
-  st.inv = 1.f / fmaxf(st.n, P.eps_norm);
-  st.tn = tanhf(st.n);
-  st.p = query ? P.lambda * (P.tau + st.tn) : P.lambda;
-  if (FEAT == 1 && P.map == KernelMap::Focused) {
-    st.nr = sqrtf(token_sum<TPT>(r2));
-    st.nrp = sqrtf(token_sum<TPT>(rp2));
-  }
+  const TokenStats st = sums.finish(P, query, focused);
   with_map<FEAT>(P.map, [&](auto tag) {
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {

@@ -4,6 +4,8 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -90,38 +92,37 @@ cuda::NalaKernelParams base_params(const at::Tensor& q, const at::Tensor& k, con
   return p;
 }
 
-NalaCudaKernel kernel_from_env() {
-  const char* e = std::getenv("NALA_ATTENTION_KERNEL");
-  if (e == nullptr || std::string(e).empty() || std::string(e) == "auto") return NalaCudaKernel::Auto;
-  if (std::string(e) == "chunked") return NalaCudaKernel::Chunked;
-  if (std::string(e) == "onepass") return NalaCudaKernel::OnePass;
-  TORCH_CHECK(false, "NALA_ATTENTION_KERNEL must be auto, chunked or onepass, got '", e, "'");
-}
+// A setting from the environment, read at first use (not at library load, where a bad value could
+// only abort): unset or empty gives the first choice; a bad value is a clear error from the call.
+template <typename E>
+struct EnvChoice {
+  const char* name;
+  std::vector<std::pair<std::string, E>> choices;  // the first is the default
+  std::optional<E> value;
+  E get() {
+    if (value) return *value;
+    const char* e = std::getenv(name);
+    if (e == nullptr || *e == '\0') return *(value = choices.front().second);
+    std::string known;
+    for (const auto& [key, v] : choices) {
+      if (key == e) return *(value = v);
+      known += (known.empty() ? "" : ", ") + key;
+    }
+    TORCH_CHECK(false, name, " must be one of ", known, "; got '", e, "'");
+  }
+};
 
-// Read from the environment at first use (not at library load, where a bad value could only abort):
-// a bad value is then a clear error from the call, every time.
-std::optional<NalaCudaKernel> g_kernel_set;
-NalaCudaKernel current_kernel() {
-  if (!g_kernel_set) g_kernel_set = kernel_from_env();
-  return *g_kernel_set;
-}
+EnvChoice<NalaCudaKernel> g_kernel{
+    "NALA_ATTENTION_KERNEL", {{"auto", NalaCudaKernel::Auto}, {"chunked", NalaCudaKernel::Chunked}, {"onepass", NalaCudaKernel::OnePass}}, {}};
+NalaCudaKernel current_kernel() { return g_kernel.get(); }
 
 // NALA_ONEPASS_BWD_STATE=auto (default) | hilo | bf16: how the one-pass backward holds S and dS'.
 // bf16 alone halves its mma passes and shared memory (at d = 64: two CTAs an SM, 0.99 → 0.63 ms at
 // N = 256; docs/benchmarks.md) within the gradient tolerances; auto takes it where it buys a second
 // CTA an SM and keeps the hi + lo pairs elsewhere (d = 72: no occupancy gain, less error).
-OnePassBackwardState backward_state_from_env() {
-  const char* e = std::getenv("NALA_ONEPASS_BWD_STATE");
-  if (e == nullptr || std::string(e).empty() || std::string(e) == "auto") return OnePassBackwardState::Auto;
-  if (std::string(e) == "hilo") return OnePassBackwardState::HiLo;
-  if (std::string(e) == "bf16") return OnePassBackwardState::Bf16;
-  TORCH_CHECK(false, "NALA_ONEPASS_BWD_STATE must be auto, hilo or bf16, got '", e, "'");
-}
-std::optional<OnePassBackwardState> g_backward_state_set;
-OnePassBackwardState current_backward_state() {
-  if (!g_backward_state_set) g_backward_state_set = backward_state_from_env();
-  return *g_backward_state_set;
-}
+EnvChoice<OnePassBackwardState> g_backward_state{
+    "NALA_ONEPASS_BWD_STATE", {{"auto", OnePassBackwardState::Auto}, {"hilo", OnePassBackwardState::HiLo}, {"bf16", OnePassBackwardState::Bf16}}, {}};
+OnePassBackwardState current_backward_state() { return g_backward_state.get(); }
 
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
 // GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
@@ -139,8 +140,8 @@ bool onepass_split(int N, int BH, int& ranks, int& per_rank) {
 }  // namespace
 
 void set_nala_cuda_poison(bool on) { g_poison = on; }
-void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel_set = k; }
-void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state_set = s; }
+void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
+void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
 NalaCudaKernel nala_cuda_kernel() { return current_kernel(); }
 
 NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,

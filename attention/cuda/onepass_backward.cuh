@@ -110,13 +110,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
 
   // ---- phase 1: dq, and dS' = Σ φ_qᵀ [g | −c] over this rank's tokens
-  float acc[O::UPW][O::NH][4];
-#pragma unroll
-  for (int u = 0; u < O::UPW; ++u)
-#pragma unroll
-    for (int j = 0; j < O::NH; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[u][j][e] = 0.f;
+  float acc[O::UPW][O::NH][4] = {};
   const T* qp = static_cast<const T*>(P.q);
   const T* gp = static_cast<const T*>(P.grad_o);
   const float* denp = P.den + int64_t(bh) * P.N;
@@ -136,11 +130,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
     __syncthreads();
     // X = g Sᵀ over this warp's (16 tokens, F/2 features); the column D of g is still zero
-    float x[NHB][4];
-#pragma unroll
-    for (int j = 0; j < NHB; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[j][e] = 0.f;
+    float x[NHB][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < O::Dp; k0 += 16) {
       uint32_t a[4];
@@ -215,15 +205,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     fv.template commit<O::LDV>(gs);
     token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
     __syncthreads();
-    float dv[O::NH][4], dp[NHB][4];
-#pragma unroll
-    for (int j = 0; j < O::NH; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dv[j][e] = 0.f;
-#pragma unroll
-    for (int j = 0; j < NHB; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[j][e] = 0.f;
+    float dv[O::NH][4] = {}, dp[NHB][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < O::Fp; k0 += 16) {  // φ_k dS': B(k = f, n) stored as rows f
       uint32_t a[4];

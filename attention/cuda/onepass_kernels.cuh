@@ -219,13 +219,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
   const int warp = threadIdx.x / 32;
 
   // ---- phase 1: S' = Σ_i φ_k(k_i) [v_i | 1] over this rank's tokens
-  float acc[O::UPW][O::NH][4];
-#pragma unroll
-  for (int u = 0; u < O::UPW; ++u)
-#pragma unroll
-    for (int j = 0; j < O::NH; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[u][j][e] = 0.f;
+  float acc[O::UPW][O::NH][4] = {};
   const T* kp = static_cast<const T*>(P.k);
   const T* vp = static_cast<const T*>(P.v);
   constexpr int TPT = O::THREADS / TILE;
@@ -261,11 +255,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     if (t0 + TILE < end) fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
     token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
     __syncthreads();
-    float c[O::NH][4];
-#pragma unroll
-    for (int j = 0; j < O::NH; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[j][e] = 0.f;
+    float c[O::NH][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < O::Fp; k0 += 16) {
       uint32_t a[4];
