@@ -137,6 +137,21 @@ bool onepass_split(int N, int BH, int& ranks, int& per_rank) {
   return int64_t(BH) * ranks >= 2 * sms;
 }
 
+// Whether this call runs the one-pass kernels (bf16, d 64 / 72, 16-byte rows; forced, or by the
+// automatic rule: enough (batch, head) pairs to fill the GPU); if so, sets p's rank split.
+bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
+  const bool ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
+  int ranks = 1, per_rank = 0;
+  const bool fills = ok && onepass_split(p.N, p.B * p.H, ranks, per_rank);
+  const NalaCudaKernel kernel = current_kernel();
+  TORCH_CHECK(kernel != NalaCudaKernel::OnePass || ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
+              "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
+  if (!(kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills))) return false;
+  p.chunks = ranks;
+  p.tokens_per_chunk = per_rank;
+  return true;
+}
+
 }  // namespace
 
 void set_nala_cuda_poison(bool on) { g_poison = on; }
@@ -155,16 +170,7 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
   const int BH = p.B * p.H;
   auto f32 = q.options().dtype(at::kFloat);
   NalaForward r;
-  // one-pass kernel: bf16, d 64 / 72, 16-byte rows, and enough (batch, head) pairs to fill the GPU
-  const bool onepass_ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
-  int ranks = 1, per_rank = 0;
-  const bool fills = onepass_ok && onepass_split(p.N, BH, ranks, per_rank);
-  const NalaCudaKernel kernel = current_kernel();
-  TORCH_CHECK(kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
-              "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
-  if (kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills)) {
-    p.chunks = ranks;
-    p.tokens_per_chunk = per_rank;
+  if (take_onepass(p, feat, q)) {
     r.o = at::empty(q.sizes(), q.options());  // (B, H, N, D)
     if (save_state) {
       r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);  // (B, H, Fp, Dp)
@@ -219,16 +225,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   p.S = const_cast<float*>(S.data_ptr<float>());
   p.z = const_cast<float*>(z.data_ptr<float>());
   p.den = const_cast<float*>(den.data_ptr<float>());
-  // one-pass backward: the forward's conditions (it reads S, z, den as either forward saved them)
-  const bool onepass_ok = p.dtype == cuda::DType::BF16 && p.vec_loads && cuda::onepass_supported(p.D, feat);
-  int ranks = 1, per_rank = 0;
-  const bool fills = onepass_ok && onepass_split(p.N, BH, ranks, per_rank);
-  const NalaCudaKernel kernel = current_kernel();
-  TORCH_CHECK(kernel != NalaCudaKernel::OnePass || onepass_ok, "NALA_ATTENTION_KERNEL=onepass: the one-pass kernel needs bf16 ",
-              "inputs with 16-byte aligned rows and head dim 64 or 72; got ", q.scalar_type(), ", d = ", p.D);
-  if (kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills)) {
-    p.chunks = ranks;
-    p.tokens_per_chunk = per_rank;
+  if (take_onepass(p, feat, q)) {  // the forward's rule; it reads S, z, den as either forward saved them
     const OnePassBackwardState state = current_backward_state();
     p.state_lo = state == OnePassBackwardState::HiLo ||
                  (state == OnePassBackwardState::Auto && !cuda::onepass_bf16_state_adds_a_block(p.D, feat));
