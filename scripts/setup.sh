@@ -34,12 +34,12 @@ fi
 venv="$root/.venv"
 # torchvision is pinned with torch: pytorch-fid pulls in torchvision, whose newest release would
 # otherwise replace torch 2.11.0 with a newer torch than the GPU machine has.
-want="torch==2.11.0 torchvision==0.26.0 numpy scipy safetensors pillow pytest diffusers pytorch-fid timm scikit-build-core"
+want="torch==2.11.0 torchvision==0.26.0 numpy scipy safetensors pillow pytest diffusers pytorch-fid timm scikit-build-core matplotlib"
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c 'import torch, numpy, scipy, safetensors, PIL, pytest, diffusers, pytorch_fid, timm, scikit_build_core; assert torch.__version__.startswith("2.11.0")' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import torch, numpy, scipy, safetensors, PIL, pytest, diffusers, pytorch_fid, timm, scikit_build_core, matplotlib; assert torch.__version__.startswith("2.11.0")' 2>/dev/null; then
   log "installing Python packages into .venv (torch is large; the first run downloads a few GB)"
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q $want
