@@ -1,12 +1,6 @@
 #include "models/block_ops.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <stdexcept>
-#include <string>
-
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 #ifdef NALA_WITH_CUDA
@@ -18,22 +12,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-
-std::atomic<int> g_fused{-1};  // -1: not read from the environment yet
-
-int fused_from_environment() {
-  const char* v = std::getenv("NALA_FUSED_BLOCKS");
-  if (!v || !*v) return 1;
-  const std::string s(v);
-  if (s == "1") return 1;
-  if (s == "0") return 0;
-  throw std::runtime_error("environment variable NALA_FUSED_BLOCKS='" + s + "' must be 0 or 1");
-}
-
-at::ScalarType result_dtype(const at::Tensor& x) {
-  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) return at::autocast::get_autocast_dtype(at::kCUDA);
-  return x.scalar_type();
-}
 
 // LayerNorm backward through the modulation. With x̂ = (x − μ)·r (r = 1/σ), y = x̂·(1 + s) + b and
 // g = ∂L/∂y · (1 + s):  ∂L/∂x = r·(g − mean_D(g) − x̂·mean_D(g·x̂))  (the LayerNorm gradient of
@@ -163,17 +141,6 @@ struct BiasGeluFn : torch::autograd::Function<BiasGeluFn> {
 
 }  // namespace
 
-bool fused_block_ops() {
-  int v = g_fused.load();
-  if (v < 0) {
-    v = fused_from_environment();
-    g_fused = v;
-  }
-  return v == 1;
-}
-
-void set_fused_block_ops(bool on) { g_fused = on ? 1 : 0; }
-
 at::Tensor layer_norm_modulate_reference(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
   return at::layer_norm(x, {x.size(-1)}, {}, {}, eps) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);  // (N, T, D)
 }
@@ -186,14 +153,14 @@ at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, con
   if (!fused_block_ops()) return layer_norm_modulate_reference(x, shift, scale, eps);
   TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate: x must be (N, T, D) and shift, scale (N, D), got ",
               x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
-  return LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(result_dtype(x)))[0];
+  return LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(attention::fused_result_dtype(x)))[0];
 }
 
 ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
   if (!fused_block_ops()) return {layer_norm_modulate_reference(x, shift, scale, eps), x};
   TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate: x must be (N, T, D) and shift, scale (N, D), got ",
               x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
-  auto outs = LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(result_dtype(x)));
+  auto outs = LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(attention::fused_result_dtype(x)));
   return {outs[0], outs[1]};
 }
 

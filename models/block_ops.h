@@ -11,6 +11,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include "attention/fused_ops.h"
+
 namespace nala::models {
 
 // Under CUDA autocast the result is in the autocast dtype (what the next GEMM reads), else in x's dtype.
@@ -34,7 +36,7 @@ at::Tensor layer_norm_modulate_reference(const at::Tensor& x, const at::Tensor& 
 at::Tensor gated_residual_reference(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
 at::Tensor bias_gelu_reference(const at::Tensor& y, const at::Tensor& bias);
 
-bool fused_block_ops();          // NALA_FUSED_BLOCKS: 1 (default) or 0; any other value is an error
-void set_fused_block_ops(bool on);
+using attention::fused_block_ops;  // NALA_FUSED_BLOCKS: 1 (default) or 0 (attention/fused_ops.h)
+using attention::set_fused_block_ops;
 
 }  // namespace nala::models

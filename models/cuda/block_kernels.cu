@@ -5,8 +5,8 @@
 // CPU counterpart and formulas: models/block_ops.cpp.
 #include "models/cuda/block_kernels.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "attention/cuda/vec_io.cuh"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,44 +23,7 @@ void check_launch(const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel ") + what + " failed to launch: " + cudaGetErrorString(e));
 }
 
-// ---- 4 consecutive elements to and from float ----
-__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-}
-__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&v)[4]) {
-  const uint2 a = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.y));
-  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
-}
-__device__ __forceinline__ void load4(const __half* p, float (&v)[4]) {
-  const uint2 a = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&a.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&a.y));
-  v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
-}
-__device__ __forceinline__ void store4(float* p, const float (&v)[4]) { *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]); }
-__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&v)[4]) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
-  uint2 a;
-  a.x = *reinterpret_cast<const unsigned*>(&lo);
-  a.y = *reinterpret_cast<const unsigned*>(&hi);
-  *reinterpret_cast<uint2*>(p) = a;
-}
-__device__ __forceinline__ void store4(__half* p, const float (&v)[4]) {
-  const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
-  uint2 a;
-  a.x = *reinterpret_cast<const unsigned*>(&lo);
-  a.y = *reinterpret_cast<const unsigned*>(&hi);
-  *reinterpret_cast<uint2*>(p) = a;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using namespace nala::cuda_vec;  // load4, store4, warp_sum
 
 // Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
 // the block's partial for sample n, chunk c.

@@ -11,6 +11,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include "cuda_test_util.h"
+
 #include "models/block_ops.h"
 #include "models/cuda/block_cuda.h"
 #include "models/dit.h"
@@ -20,22 +22,8 @@ using namespace nala::models;
 
 namespace {
 
-double rel(const at::Tensor& a, const at::Tensor& ref) {
-  at::Tensor r = ref.to(at::kDouble).cpu();
-  return (a.to(at::kDouble).cpu() - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
-}
-
-struct Autocast {
-  bool on;
-  explicit Autocast(bool enable) : on(enable) {
-    if (!on) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~Autocast() {
-    if (on) at::autocast::set_autocast_enabled(at::kCUDA, false);
-  }
-};
+using nala::test::Autocast;
+using nala::test::rel;
 
 struct Outs {
   at::Tensor out, dx, da, db;
