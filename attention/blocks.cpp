@@ -1,9 +1,9 @@
 #include "attention/blocks.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/functional/activation.h>
 
 #include "attention/feature_maps.h"
+#include "attention/gated_tail.h"
 #include "attention/linear.h"
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
@@ -44,15 +44,12 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)
-  at::Tensor g = t[3].reshape({B, N, D});                                 // (B, N, D)
+  at::Tensor g = t[3].reshape({B, N, D});                                 // (B, N, D) strided view
   at::Tensor o = cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w)
                            : nala_attention(q, k, v, cfg_.nala);          // (B, H, N, d)
-  o = o.transpose(1, 2).reshape({B, N, D});                               // (B, N, D)
-  if (lepe) {
-    at::Tensor vg = t[2].reshape({B, grid_h, grid_w, D}).permute({0, 3, 1, 2});  // (B, D, Hg, Wg)
-    o = o + lepe->forward(vg).flatten(2).transpose(1, 2);                  // (B, N, D)
-  }
-  at::Tensor y = norm->forward(o) * torch::nn::functional::silu(g);       // (B, N, D)
+  // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
+  at::Tensor y = gated_tail(o, t[2].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
+                            norm->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
   return linear(proj, y);                                                // (B, N, D)
 }
 

@@ -46,8 +46,8 @@ for step in "${steps[@]}"; do
       [ $rc -ne 0 ] && failed=1
       ;;
     sanitize)
-      filter='NalaCuda.EveryFeatureMap:NalaCudaOnePass.*:BlockKernels.LayerNormModulateAndGatedResidual:BlockKernels.SplitHeadsGatherEqualsTheCopies:BlockKernels.BiasGelu'
-      for tool in memcheck racecheck; do
+      filter=${SANITIZE_FILTER:-'NalaCuda.EveryFeatureMap:NalaCudaOnePass.*:BlockKernels.LayerNormModulateAndGatedResidual:BlockKernels.SplitHeadsGatherEqualsTheCopies:BlockKernels.BiasGelu:GatedTailKernels.*'}
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
         compute-sanitizer --tool $tool --print-limit 10 ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
           > "$logs/sanitize_$tool.log" 2>&1
         rc=$?

@@ -1,0 +1,137 @@
+#include "attention/cuda/gated_tail_cuda.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "attention/cuda/gated_tail_kernels.h"
+
+namespace nala::attention::cuda {
+namespace {
+
+// the start aligned to 4 elements (the kernels' widest load: 16 bytes of float32, 8 of bf16)
+bool aligned4(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % (4 * t.element_size()) == 0; }
+
+// unit stride along the last dim, the others multiples of 4 elements, the start aligned to 4
+bool vector_friendly(const at::Tensor& t) {
+  if (t.stride(t.dim() - 1) != 1 || !aligned4(t)) return false;
+  for (int64_t i = 0; i + 1 < t.dim(); ++i)
+    if (t.stride(i) % 4 != 0) return false;
+  return true;
+}
+
+// a float32 parameter vector or tap table, contiguous
+at::Tensor f32(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
+
+// sizes from v (B, N, D) and the head count; o's pointer is the forward's to set
+GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t heads, int64_t grid_h, int64_t grid_w) {
+  GatedTailParams p;
+  p.B = v.size(0);
+  p.N = v.size(1);
+  p.D = int(v.size(2));
+  p.H = int(heads);
+  p.d = p.D / p.H;
+  TORCH_CHECK(grid_h * grid_w == p.N, "gated_tail: ", p.N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
+  p.grid_h = int(grid_h);
+  p.grid_w = int(grid_w);
+  p.ks = lepe_w.defined() ? int(lepe_w.size(-1)) : 0;
+  p.bf16 = v.scalar_type() == at::kBFloat16;
+  p.v = v.data_ptr();
+  p.v_stride[0] = v.stride(0), p.v_stride[1] = v.stride(1);
+  p.g = g.data_ptr();
+  p.g_stride[0] = g.stride(0), p.g_stride[1] = g.stride(1);
+  p.sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return p;
+}
+
+void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+
+}  // namespace
+
+bool gated_tail_supported(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, at::ScalarType out_dtype) {
+  if (!o.is_cuda() || o.dim() != 4 || v.dim() != 3 || g.dim() != 3 || o.numel() == 0) return false;
+  const auto t = o.scalar_type();
+  if ((t != at::kBFloat16 && t != at::kFloat) || v.scalar_type() != t || g.scalar_type() != t || out_dtype != t) return false;
+  if (!v.is_cuda() || !g.is_cuda() || v.device() != o.device() || g.device() != o.device()) return false;
+  const int64_t D = o.size(1) * o.size(3);
+  if (o.size(3) % 4 != 0 || D > 1536 || v.sizes() != g.sizes() || v.size(0) != o.size(0) || v.size(1) != o.size(2) || v.size(2) != D) return false;
+  if (!vector_friendly(o) || !vector_friendly(v) || !vector_friendly(g)) return false;
+  if (lepe_w.defined()) {
+    const int64_t ks = lepe_w.size(-1);
+    if (lepe_w.dim() != 4 || lepe_w.size(0) != D || lepe_w.size(1) != 1 || lepe_w.size(2) != ks || (ks != 3 && ks != 5 && ks != 7)) return false;
+  }
+  return true;
+}
+
+GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                  const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps, bool save) {
+  const c10::cuda::CUDAGuard guard(o.device());
+  GatedTailParams p = params_of(v, g, lepe_w, o.size(1), grid_h, grid_w);
+  TORCH_CHECK(o.size(0) == p.B && o.size(2) == p.N && o.size(3) == p.d, "gated_tail: o ", o.sizes(), " does not match v ", v.sizes());
+  p.o = o.data_ptr();
+  for (int i = 0; i < 3; ++i) p.o_stride[i] = o.stride(i);
+  p.eps = float(eps);
+  at::Tensor wt, b;
+  if (p.ks > 0) {
+    wt = f32(lepe_w.reshape({p.D, p.ks * p.ks}).t());  // (ks·ks, D) tap-major
+    b = lepe_b.defined() ? f32(lepe_b) : at::zeros({p.D}, o.options().dtype(at::kFloat));
+    p.lepe_wt = wt.data_ptr<float>();
+    p.lepe_b = b.data_ptr<float>();
+  }
+  const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
+  p.norm_w = nw.data_ptr<float>();
+  p.norm_b = nb.data_ptr<float>();
+  GatedTailSaved r;
+  r.u = at::empty({p.B, p.N, p.D}, o.options());  // (B, N, D)
+  r.y = at::empty({p.B, p.N, p.D}, o.options());  // (B, N, D)
+  if (save) {
+    r.mean = at::empty({p.B, p.N}, o.options().dtype(at::kFloat));  // (B, N)
+    r.rstd = at::empty({p.B, p.N}, o.options().dtype(at::kFloat));  // (B, N)
+  }
+  launch_gated_tail_forward(p, r.u.data_ptr(), r.y.data_ptr(), save ? r.mean.data_ptr<float>() : nullptr,
+                            save ? r.rstd.data_ptr<float>() : nullptr, stream());
+  return r;
+}
+
+GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
+                                   const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w) {
+  const c10::cuda::CUDAGuard guard(v.device());
+  GatedTailParams p = params_of(v, g, lepe_w, heads, grid_h, grid_w);
+  at::Tensor dy = dy_in.to(v.scalar_type()).contiguous();  // (B, N, D)
+  if (!aligned4(dy)) dy = dy.clone();
+  TORCH_CHECK(u.is_contiguous() && mean.is_contiguous() && rstd.is_contiguous(), "gated_tail backward: saved u, mean, rstd must be contiguous");
+  at::Tensor wt, wt_flipped;
+  if (p.ks > 0) {
+    wt = f32(lepe_w.reshape({p.D, p.ks * p.ks}).t());  // (ks·ks, D)
+    wt_flipped = wt.flip({0}).contiguous();            // (ks·ks, D) taps reversed
+    p.lepe_wt = wt.data_ptr<float>();
+    p.lepe_wt_flipped = wt_flipped.data_ptr<float>();
+  }
+  const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
+  p.norm_w = nw.data_ptr<float>();
+  p.norm_b = nb.data_ptr<float>();
+  const auto f = v.options().dtype(at::kFloat);
+  GatedTailGrads r;
+  r.o = at::empty({p.B, p.H, p.N, p.d}, v.options());  // (B, H, N, d)
+  r.g = at::empty({p.B, p.N, p.D}, v.options());       // (B, N, D)
+  at::Tensor norm_part = at::empty({ln_gate_backward_chunks(p), 2, p.D}, f), lepe_part;  // (chunks, 2, D)
+  if (p.ks > 0) {
+    r.v = at::empty({p.B, p.N, p.D}, v.options());                                        // (B, N, D)
+    lepe_part = at::empty({lepe_backward_chunks(p), p.ks * p.ks + 1, p.D}, f);             // (chunks, ks·ks + 1, D)
+  }
+  launch_gated_tail_backward(p, dy.data_ptr(), u.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), r.g.data_ptr(), r.o.data_ptr(),
+                             p.ks > 0 ? r.v.data_ptr() : nullptr, norm_part.data_ptr<float>(),
+                             p.ks > 0 ? lepe_part.data_ptr<float>() : nullptr, stream());
+  const at::Tensor norm_sum = norm_part.sum(0);  // (2, D), chunks added in order
+  r.norm_w = norm_sum[0];
+  r.norm_b = norm_sum[1];
+  if (p.ks > 0) {
+    const at::Tensor lepe_sum = lepe_part.sum(0);                                           // (ks·ks + 1, D)
+    r.lepe_w = lepe_sum.narrow(0, 0, p.ks * p.ks).t().reshape({p.D, 1, p.ks, p.ks});      // (D, 1, ks, ks)
+    r.lepe_b = lepe_sum[p.ks * p.ks];                                                      // (D)
+  }
+  return r;
+}
+
+}  // namespace nala::attention::cuda

@@ -1,0 +1,34 @@
+// LibTorch-facing entry points of the gated NaLa block's tail kernels (attention/cuda/
+// gated_tail_kernels.cu): they check the arguments, allocate outputs and partial sums, and launch
+// on the current stream. attention/gated_tail.cpp calls them where gated_tail_supported says the
+// kernels take the tensors, and runs the ATen formulas otherwise.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace nala::attention::cuda {
+
+// o (B, H, N, d); v, g (B, N, D) with unit channel stride; bf16 or float32, all one dtype, which
+// is also the result's; LePE kernel size 0 (lepe_w undefined), 3, 5 or 7; d % 4 == 0, D ≤ 1536.
+bool gated_tail_supported(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, at::ScalarType out_dtype);
+
+struct GatedTailSaved {
+  at::Tensor y;           // (B, N, D)
+  at::Tensor u;           // (B, N, D) o + LePE(v), the activations' dtype
+  at::Tensor mean, rstd;  // (B, N) float32; undefined unless save
+};
+GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                  const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps, bool save);
+
+struct GatedTailGrads {
+  at::Tensor o;                // (B, H, N, d) contiguous
+  at::Tensor v;                // (B, N, D) the LePE part; undefined without LePE
+  at::Tensor g;                // (B, N, D)
+  at::Tensor lepe_w, lepe_b;   // (D, 1, ks, ks), (D) float32; undefined without LePE
+  at::Tensor norm_w, norm_b;   // (D) float32
+};
+// heads: o's H (o itself is not kept for the backward)
+GatedTailGrads gated_tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
+                                   const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w);
+
+}  // namespace nala::attention::cuda

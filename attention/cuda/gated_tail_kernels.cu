@@ -1,0 +1,414 @@
+// The gated NaLa block's tail, forward and backward (parameters: gated_tail_kernels.h; formulas and
+// the ATen counterpart the tests compare with: attention/gated_tail.cpp). Five kernel launches:
+//   lepe_conv     u = o + LePE(v) + b       a lane owns 2 channels of a 64-channel chunk with the
+//                                           taps' weights in registers; a warp a strip of 16 tokens
+//   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels)
+//   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
+//   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
+//   lepe_wgrad    Σ dw per tap, Σ db        strips as lepe_conv, sums per block in warp order
+// No atomics: every sum runs in a fixed order, so results are bitwise repeatable.
+#include "attention/cuda/gated_tail_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "attention/cuda/vec_io.cuh"
+
+namespace nala::attention::cuda {
+namespace {
+
+using namespace nala::cuda_vec;  // load2, store2, load4, store4, warp_sum
+
+constexpr int kWarps = 4;           // warps a block
+constexpr int kChunkChannels = 64;  // channels of a lepe block: 32 lanes × 2
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel ") + what + " failed to launch: " + cudaGetErrorString(e));
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// LePE works on strips: kStrip consecutive tokens of one grid row (one sample), a warp a strip,
+// a lane 2 channels. A strip reads ks rows × (kStrip + ks − 1) inputs once each and keeps its
+// kStrip outputs in registers: ks·(kStrip + ks − 1) loads for kStrip outputs instead of ks² each.
+constexpr int kStrip = 16;
+int64_t strips_per_row(const GatedTailParams& p) { return ceil_div(p.grid_w, kStrip); }
+int64_t strip_count(const GatedTailParams& p) { return p.B * p.grid_h * strips_per_row(p); }
+// Blocks along the strips: about 8 blocks an SM over all channel chunks; warps loop over strips.
+int64_t lepe_blocks(const GatedTailParams& p) {
+  const int64_t chunks = ceil_div(p.D, kChunkChannels);
+  return std::max<int64_t>(1, std::min<int64_t>(ceil_div(8 * p.sms, chunks), ceil_div(strip_count(p), kWarps)));
+}
+// Rows (tokens) a ln_gate_bwd block walks: about 4 blocks an SM.
+int64_t ln_rows_per_block(const GatedTailParams& p) { return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, 4 * p.sms)); }
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+// A (B, N, D) activation stored as (b, h, n, e) with strides (b, h, n) and unit stride along e < d:
+// o, v (a view of qkvg) and du all are.
+struct Strided {
+  const void* p = nullptr;
+  int64_t sb = 0, sh = 0, sn = 0;
+};
+
+// This lane's channels c, c + 1 (one head: d is even) of every token.
+template <typename T>
+__device__ __forceinline__ const T* lane_base(const Strided& a, int c, int d) {
+  return static_cast<const T*>(a.p) + (c / d) * a.sh + c % d;
+}
+
+struct StripPos {
+  int64_t b;
+  int y, x0;
+};
+__device__ __forceinline__ StripPos strip_pos(const GatedTailParams& p, int64_t s, int spr) {
+  StripPos r;
+  const int64_t per_sample = int64_t(p.grid_h) * spr;
+  r.b = s / per_sample;
+  const int rem = int(s - r.b * per_sample);
+  r.y = rem / spr;
+  r.x0 = (rem - r.y * spr) * kStrip;
+  return r;
+}
+
+// Walks the ks rows × (kStrip + ks − 1) inputs a strip's outputs read, loading each once, and calls
+// f(tap, xo, value) for every (tap, output) pair it feeds: output x = x0 + xo reads input
+// x0 + xo + j − R for tap (i, j) (PyTorch's conv2d, a cross-correlation with zero padding R).
+template <typename T, int KS, typename F>
+__device__ __forceinline__ void for_each_tap(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, const StripPos& s, F&& f) {
+  constexpr int R = KS / 2;
+#pragma unroll
+  for (int i = 0; i < KS; ++i) {
+    const int yy = s.y + i - R;
+    if (yy < 0 || yy >= p.grid_h) continue;  // the same for the whole warp
+    const T* row = in + s.b * sb + int64_t(yy) * p.grid_w * sn;
+#pragma unroll
+    for (int xi = 0; xi < kStrip + KS - 1; ++xi) {
+      const int xin = s.x0 + xi - R;
+      if (xin < 0 || xin >= p.grid_w) continue;
+      const float2 val = load2(row + xin * sn);
+#pragma unroll
+      for (int j = 0; j < KS; ++j) {
+        const int xo = xi - j;  // known at compile time: no branch
+        if (xo >= 0 && xo < kStrip) f(i * KS + j, xo, val);
+      }
+    }
+  }
+}
+
+// out = conv(in; wt) (+ bias) (+ res): the forward's u = o + LePE(v) + b, and the backward's
+// dv = conv(du; flipped taps) (the transposed convolution). wt (ks·ks, D) tap-major.
+template <typename T, int KS>
+__global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p, const Strided in, const float* __restrict__ wt,
+                                                         const float* __restrict__ bias, const Strided res, T* __restrict__ out) {
+  constexpr int TAPS = KS * KS > 0 ? KS * KS : 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c = blockIdx.x * kChunkChannels + 2 * lane;
+  if (c >= p.D) return;  // no block-wide synchronisation below
+  float w0[TAPS], w1[TAPS];
+  if constexpr (KS > 0)
+#pragma unroll
+    for (int t = 0; t < KS * KS; ++t) w0[t] = wt[t * p.D + c], w1[t] = wt[t * p.D + c + 1];
+  const float b0 = bias ? bias[c] : 0.0f, b1 = bias ? bias[c + 1] : 0.0f;
+  const T* ib = lane_base<T>(in, c, p.d);
+  const T* rb = res.p ? lane_base<T>(res, c, p.d) : nullptr;
+  const int spr = int((p.grid_w + kStrip - 1) / kStrip);
+  const int64_t strips = p.B * p.grid_h * spr;
+  for (int64_t si = int64_t(blockIdx.y) * kWarps + warp; si < strips; si += int64_t(gridDim.y) * kWarps) {
+    const StripPos s = strip_pos(p, si, spr);
+    float a0[kStrip], a1[kStrip];
+#pragma unroll
+    for (int xo = 0; xo < kStrip; ++xo) a0[xo] = b0, a1[xo] = b1;
+    if constexpr (KS > 0)
+      for_each_tap<T, KS>(p, ib, in.sb, in.sn, s, [&](int t, int xo, float2 val) {
+        a0[xo] += w0[t] * val.x;
+        a1[xo] += w1[t] * val.y;
+      });
+    const int64_t n0 = int64_t(s.y) * p.grid_w + s.x0;
+#pragma unroll
+    for (int xo = 0; xo < kStrip; ++xo) {
+      if (s.x0 + xo >= p.grid_w) break;
+      float2 r = make_float2(0.0f, 0.0f);
+      if (rb) r = load2(rb + s.b * res.sb + (n0 + xo) * res.sn);
+      store2(out + (s.b * p.N + n0 + xo) * p.D + c, make_float2(a0[xo] + r.x, a1[xo] + r.y));
+    }
+  }
+}
+
+// ---- y = (x̂·norm_w + norm_b)·SiLU(g), x̂ = (u − μ)·r: a warp a token, 4·NV channels a lane ----
+template <typename T, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_gate_fwd(const GatedTailParams p, const T* __restrict__ u, T* __restrict__ y,
+                                                           float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= p.B * p.N) return;
+  const int64_t b = row / p.N, n = row - b * p.N;
+  const int D4 = p.D / 4;
+  float x[NV][4];
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) {
+      load4(u + row * p.D + 4 * (lane + 32 * j), x[j]);
+      s += x[j][0] + x[j][1] + x[j][2] + x[j][3];
+    }
+  const float mean = warp_sum(s) / float(p.D);
+  float q = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) q += (x[j][k] - mean) * (x[j][k] - mean);
+  const float rstd = rsqrtf(warp_sum(q) / float(p.D) + p.eps);  // biased variance, as nn.LayerNorm
+  const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = 4 * (lane + 32 * j);
+    if (c < p.D) {
+      float gv[4], w[4], bb[4], out[4];
+      load4(g + c, gv);
+      load4(p.norm_w + c, w);
+      load4(p.norm_b + c, bb);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) out[k] = ((x[j][k] - mean) * rstd * w[k] + bb[k]) * gv[k] * sigmoid(gv[k]);
+      store4(y + row * p.D + c, out);
+    }
+  }
+  if (mean_out && lane == 0) mean_out[row] = mean, rstd_out[row] = rstd;
+}
+
+// ---- backward of y = n·s, n = x̂·w + b, s = SiLU(g), x̂ = (u − μ)·r (attention/gated_tail.cpp):
+// dg = dy·n·σ(g)(1 + g(1 − σ(g))), dn = dy·s, Σ dn·x̂ → dw, Σ dn → db, e = dn·w,
+// du = r·(e − mean_D(e) − x̂·mean_D(e·x̂)). The sums over tokens live in shared memory, one row of D
+// per warp (no block synchronisation in the loop), and are added in warp order at the end.
+template <typename T, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams p, const T* __restrict__ dy, const T* __restrict__ u,
+                                                           const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
+                                                           T* __restrict__ dg, T* __restrict__ du, float* __restrict__ part,
+                                                           int64_t rows_per_block) {
+  extern __shared__ float sums[];  // (kWarps, 2, D): Σ dn·x̂, Σ dn
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* sw = sums + warp * 2 * p.D;
+  float* sb = sw + p.D;
+  for (int c = 4 * lane; c < p.D; c += 128) {
+    const float z[4] = {0, 0, 0, 0};
+    store4(sw + c, z);
+    store4(sb + c, z);
+  }
+  const int64_t rows = p.B * p.N, begin = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+  for (int64_t row = begin + warp; row < end; row += kWarps) {
+    const int64_t b = row / p.N, n = row - b * p.N;
+    const float mu = mean_in[row], r = rstd_in[row];
+    const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
+    float xh[NV][4], e[NV][4];
+    float se = 0, sex = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      if (c < p.D) {
+        float d[4], gv[4], w[4], bb[4], dgv[4], aw[4], ab[4];
+        load4(u + row * p.D + c, xh[j]);
+        load4(dy + row * p.D + c, d);
+        load4(g + c, gv);
+        load4(p.norm_w + c, w);
+        load4(p.norm_b + c, bb);
+        load4(sw + c, aw);
+        load4(sb + c, ab);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          xh[j][k] = (xh[j][k] - mu) * r;
+          const float sg = sigmoid(gv[k]), nk = xh[j][k] * w[k] + bb[k];
+          dgv[k] = d[k] * nk * sg * (1.0f + gv[k] * (1.0f - sg));
+          const float dn = d[k] * gv[k] * sg;
+          aw[k] += dn * xh[j][k];
+          ab[k] += dn;
+          e[j][k] = dn * w[k];
+          se += e[j][k];
+          sex += e[j][k] * xh[j][k];
+        }
+        store4(dg + row * p.D + c, dgv);
+        store4(sw + c, aw);
+        store4(sb + c, ab);
+      }
+    }
+    const float me = warp_sum(se) / float(p.D), mex = warp_sum(sex) / float(p.D);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      if (c < p.D) {
+        float o[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[k] = r * (e[j][k] - me - xh[j][k] * mex);
+        const int h = c / p.d;
+        store4(du + ((b * p.H + h) * p.N + n) * p.d + (c - h * p.d), o);
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * p.D; c += blockDim.x) {
+    float s = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += sums[w * 2 * p.D + c];
+    part[int64_t(blockIdx.x) * 2 * p.D + c] = s;
+  }
+}
+
+// ---- LePE weight gradient: dw_t = Σ_p du(p)·v(p + off_t), db = Σ_p du(p), off_t = (i − R, j − R)
+// for tap t = i·KS + j: a strip keeps its kStrip du values in registers and walks the v inputs they
+// met (for_each_tap, the forward's pairs). Sums per lane over the warp's strips, then per block in
+// warp order.
+template <typename T, int KS>
+__global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part) {
+  constexpr int TAPS = KS * KS;
+  __shared__ float red[(TAPS + 1) * kChunkChannels];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c = blockIdx.x * kChunkChannels + 2 * lane;
+  const bool active = c < p.D;
+  float a0[TAPS + 1], a1[TAPS + 1];  // Σ dw per tap, then Σ db
+#pragma unroll
+  for (int t = 0; t <= TAPS; ++t) a0[t] = 0, a1[t] = 0;
+  if (active) {
+    const T* gb = lane_base<T>(du, c, p.d);
+    const T* vb = lane_base<T>(v, c, p.d);
+    const int spr = int((p.grid_w + kStrip - 1) / kStrip);
+    const int64_t strips = p.B * p.grid_h * spr;
+    for (int64_t si = int64_t(blockIdx.y) * kWarps + warp; si < strips; si += int64_t(gridDim.y) * kWarps) {
+      const StripPos s = strip_pos(p, si, spr);
+      const int64_t n0 = int64_t(s.y) * p.grid_w + s.x0;
+      float g0[kStrip], g1[kStrip];
+#pragma unroll
+      for (int xo = 0; xo < kStrip; ++xo) {
+        g0[xo] = 0, g1[xo] = 0;
+        if (s.x0 + xo < p.grid_w) {
+          const float2 val = load2(gb + s.b * du.sb + (n0 + xo) * du.sn);
+          g0[xo] = val.x, g1[xo] = val.y;
+          a0[TAPS] += val.x, a1[TAPS] += val.y;
+        }
+      }
+      for_each_tap<T, KS>(p, vb, v.sb, v.sn, s, [&](int t, int xo, float2 val) {
+        a0[t] += g0[xo] * val.x;
+        a1[t] += g1[xo] * val.y;
+      });
+    }
+  }
+  // the warps' sums, added in warp order (3 + 2 + 1, then + 0) through one shared buffer
+  for (int w = kWarps - 1; w > 0; --w) {
+    if (warp == w && active)
+#pragma unroll
+      for (int t = 0; t <= TAPS; ++t) red[t * kChunkChannels + 2 * lane] = a0[t], red[t * kChunkChannels + 2 * lane + 1] = a1[t];
+    __syncthreads();
+    if (warp == w - 1 && active)
+#pragma unroll
+      for (int t = 0; t <= TAPS; ++t) a0[t] += red[t * kChunkChannels + 2 * lane], a1[t] += red[t * kChunkChannels + 2 * lane + 1];
+    __syncthreads();
+  }
+  if (warp == 0 && active)
+#pragma unroll
+    for (int t = 0; t <= TAPS; ++t) {
+      float* dst = part + (int64_t(blockIdx.y) * (TAPS + 1) + t) * p.D + c;
+      dst[0] = a0[t], dst[1] = a1[t];
+    }
+}
+
+// ---- dispatch ----
+constexpr int kMaxNV = 12;  // D ≤ 1536
+int nv_for(int D) {
+  const int need = (D / 4 + 31) / 32;
+  for (int nv : {1, 2, 3, 4, 6, 8, 9, 12})
+    if (nv >= need) return nv;
+  throw std::invalid_argument("gated tail kernels: D = " + std::to_string(D) + " is more than " + std::to_string(128 * kMaxNV));
+}
+
+template <typename F>
+void with_nv(int D, F&& f) {
+  switch (nv_for(D)) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    default: f(std::integral_constant<int, 12>{}); break;
+  }
+}
+
+template <typename F>
+void with_ks(int ks, bool allow_zero, F&& f) {
+  switch (ks) {
+    case 0:
+      if (!allow_zero) break;
+      f(std::integral_constant<int, 0>{});
+      return;
+    case 3: f(std::integral_constant<int, 3>{}); return;
+    case 5: f(std::integral_constant<int, 5>{}); return;
+    case 7: f(std::integral_constant<int, 7>{}); return;
+    default: break;
+  }
+  throw std::invalid_argument("gated tail kernels: LePE kernel size " + std::to_string(ks) + " is not one of 0, 3, 5, 7");
+}
+
+Strided o_of(const GatedTailParams& p) { return {p.o, p.o_stride[0], p.o_stride[1], p.o_stride[2]}; }
+Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_stride[1]}; }
+Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
+dim3 lepe_grid(const GatedTailParams& p) { return dim3(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p))); }
+
+template <typename T>
+void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, cudaStream_t st) {
+  with_ks(p.ks, true, [&](auto ks) {
+    lepe_conv<T, ks()><<<lepe_grid(p), kWarps * 32, 0, st>>>(p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+  });
+  check_launch("lepe_conv");
+  const unsigned blocks = unsigned(ceil_div(p.B * p.N, kWarps));
+  with_nv(p.D, [&](auto nv) {
+    ln_gate_fwd<T, nv()><<<blocks, kWarps * 32, 0, st>>>(p, static_cast<const T*>(u), static_cast<T*>(y), mean, rstd);
+  });
+  check_launch("ln_gate_fwd");
+}
+
+template <typename T>
+void backward_typed(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg, void* du, void* dv,
+                    float* norm_part, float* lepe_part, cudaStream_t st) {
+  const int64_t rpb = ln_rows_per_block(p);
+  const size_t smem = size_t(kWarps) * 2 * p.D * sizeof(float);  // ≤ 48 KB for D ≤ 1536
+  with_nv(p.D, [&](auto nv) {
+    ln_gate_bwd<T, nv()><<<unsigned(ceil_div(p.B * p.N, rpb)), kWarps * 32, smem, st>>>(
+        p, static_cast<const T*>(dy), static_cast<const T*>(u), mean, rstd, static_cast<T*>(dg), static_cast<T*>(du), norm_part, rpb);
+  });
+  check_launch("ln_gate_bwd");
+  if (p.ks == 0) return;
+  with_ks(p.ks, false, [&](auto ks) {
+    if constexpr (ks() > 0) {
+      // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
+      lepe_conv<T, ks()><<<lepe_grid(p), kWarps * 32, 0, st>>>(p, du_of(p, du), p.lepe_wt_flipped, nullptr, Strided{}, static_cast<T*>(dv));
+      check_launch("lepe_conv (backward)");
+      lepe_wgrad<T, ks()><<<lepe_grid(p), kWarps * 32, 0, st>>>(p, du_of(p, du), v_of(p), lepe_part);
+      check_launch("lepe_wgrad");
+    }
+  });
+}
+
+}  // namespace
+
+int ln_gate_backward_chunks(const GatedTailParams& p) { return int(ceil_div(p.B * p.N, ln_rows_per_block(p))); }
+int lepe_backward_chunks(const GatedTailParams& p) { return int(lepe_blocks(p)); }
+
+void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (p.bf16) forward_typed<__nv_bfloat16>(p, u, y, mean, rstd, st);
+  else forward_typed<float>(p, u, y, mean, rstd, st);
+}
+
+void launch_gated_tail_backward(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg,
+                                void* du, void* dv, float* norm_part, float* lepe_part, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (p.bf16) backward_typed<__nv_bfloat16>(p, dy, u, mean, rstd, dg, du, dv, norm_part, lepe_part, st);
+  else backward_typed<float>(p, dy, u, mean, rstd, dg, du, dv, norm_part, lepe_part, st);
+}
+
+}  // namespace nala::attention::cuda

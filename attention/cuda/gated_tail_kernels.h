@@ -1,0 +1,52 @@
+// Plain parameters of the gated NaLa block's tail kernels (attention/cuda/gated_tail_kernels.cu;
+// formulas and the ATen counterpart: attention/gated_tail.cpp). Elements, not bytes:
+//   o    (B, H, N, d) attention output, strides o_stride = (b, h, n), unit stride along d
+//   v, g (B, N, D) views of the qkvg projection, strides (b, n), unit stride along channels
+//   u    (B, N, D) contiguous: o + LePE(v), in the activations' dtype (what the backward reads)
+//   y    (B, N, D) contiguous: LayerNorm(u)·SiLU(g)
+//   du   (B, H, N, d) contiguous: ∂L/∂u, which is ∂L/∂o, in the layout the attention backward reads
+//   lepe_wt (ks·ks, D) float32 (tap-major; tap t = i·ks + j of weight (D, 1, ks, ks)), lepe_b,
+//   norm_w, norm_b (D) float32
+// D = H·d with d % 4 == 0; every pointer aligned to 4 elements and every stride a multiple of 4.
+#pragma once
+#include <cstdint>
+
+namespace nala::attention::cuda {
+
+struct GatedTailParams {
+  int64_t B = 0, N = 0;
+  int D = 0, H = 0, d = 0;
+  int grid_h = 0, grid_w = 0;  // N = grid_h · grid_w, row-major
+  int ks = 0;                  // LePE kernel size: 0 (none), 3, 5 or 7
+  bool bf16 = true;            // activations bf16 (else float32)
+  float eps = 1e-5f;
+  const void* o = nullptr;
+  int64_t o_stride[3] = {};
+  const void* v = nullptr;
+  int64_t v_stride[2] = {};
+  const void* g = nullptr;
+  int64_t g_stride[2] = {};
+  const float* lepe_wt = nullptr;
+  const float* lepe_wt_flipped = nullptr;  // the taps in reverse order (backward only)
+  const float* lepe_b = nullptr;
+  const float* norm_w = nullptr;
+  const float* norm_b = nullptr;
+  int sms = 132;  // multiprocessors: sets the grids' token chunks
+};
+
+// Token chunks of the two reducing backward kernels (their partial sums' first dimension).
+int ln_gate_backward_chunks(const GatedTailParams& p);
+int lepe_backward_chunks(const GatedTailParams& p);
+
+// u = o + LePE(v) + lepe_b, then y = (x̂·norm_w + norm_b)·SiLU(g) with x̂ = (u − μ)·r; mean, rstd
+// (B·N) float32 are written when not null.
+void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, void* stream);
+
+// dy (B, N, D) contiguous. Writes dg (B, N, D) contiguous, du (see above), dv (B, N, D) contiguous
+// (the LePE part of ∂L/∂v; not written when ks = 0), and the partial sums over token chunks:
+// norm_part (ln_gate_backward_chunks, 2, D) = [Σ ∂L/∂norm_w, Σ ∂L/∂norm_b], lepe_part
+// (lepe_backward_chunks, ks·ks + 1, D) = [Σ ∂L/∂w per tap, Σ ∂L/∂lepe_b] (not written when ks = 0).
+void launch_gated_tail_backward(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg,
+                                void* du, void* dv, float* norm_part, float* lepe_part, void* stream);
+
+}  // namespace nala::attention::cuda

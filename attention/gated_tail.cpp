@@ -1,0 +1,180 @@
+#include "attention/gated_tail.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/autograd.h>
+
+#include "attention/fused_ops.h"
+
+#ifdef NALA_WITH_CUDA
+#include "attention/cuda/gated_tail_cuda.h"
+#endif
+
+namespace nala::attention {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+at::ScalarType compute_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+// v (B, N, D) as the image (B, D, grid_h, grid_w) a conv2d reads
+at::Tensor as_image(const at::Tensor& v, int64_t grid_h, int64_t grid_w) {
+  return v.reshape({v.size(0), grid_h, grid_w, v.size(2)}).permute({0, 3, 1, 2});  // (B, D, Hg, Wg)
+}
+
+struct Saved {
+  at::Tensor y, u, mean, rstd;  // mean, rstd (B, N) float
+};
+
+// The forward in ATen ops: u in o's dtype (what the kernels keep), statistics of that rounded u.
+Saved forward_aten(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                   const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps, at::ScalarType out_dtype) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // the compute type is chosen here
+  const at::ScalarType ct = compute_type(o);
+  const int64_t B = o.size(0), N = o.size(2), D = o.size(1) * o.size(3);
+  at::Tensor u = o.transpose(1, 2).reshape({B, N, D}).to(ct);  // (B, N, D)
+  if (lepe_w.defined()) {
+    const int64_t pad = lepe_w.size(-1) / 2;
+    at::Tensor lepe = at::conv2d(as_image(v, grid_h, grid_w).to(ct), lepe_w.to(ct), lepe_b.defined() ? lepe_b.to(ct) : at::Tensor(), 1, pad, 1,
+                                 D);                          // (B, D, Hg, Wg)
+    u = u + lepe.flatten(2).transpose(1, 2);                  // (B, N, D)
+  }
+  Saved s;
+  s.u = u.to(o.scalar_type());                                                               // (B, N, D)
+  auto [xhat, mean, rstd] = at::native_layer_norm(s.u.to(ct), {D}, {}, {}, eps);             // (B, N, D), (B, N, 1) ×2
+  s.y = ((xhat * norm_w.to(ct) + norm_b.to(ct)) * at::silu(g.to(ct))).to(out_dtype);          // (B, N, D)
+  s.mean = mean.squeeze(-1);                                                                 // (B, N)
+  s.rstd = rstd.squeeze(-1);                                                                 // (B, N)
+  return s;
+}
+
+struct Grads {
+  at::Tensor o, v, g, lepe_w, lepe_b, norm_w, norm_b;
+};
+
+// The backward by hand. With y = n·s, n = x̂·w + b, s = SiLU(g) = g·σ(g), x̂ = (u − μ)·r:
+//   ∂L/∂g = ∂L/∂y · n · σ(g)(1 + g(1 − σ(g)))            (SiLU' = σ + g·σ·(1 − σ))
+//   e = ∂L/∂y · s · w,  ∂L/∂u = r·(e − mean_D(e) − x̂·mean_D(e·x̂))   (LayerNorm, Ba et al. 2016)
+//   ∂L/∂w = Σ_tokens ∂L/∂y·s·x̂,  ∂L/∂b = Σ_tokens ∂L/∂y·s;  ∂L/∂o = ∂L/∂u in o's (B, H, N, d)
+// and LePE's gradients (input, weight, bias) from ATen's convolution backward (an independent oracle
+// for the kernels' own tap loops).
+Grads backward_aten(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
+                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd,
+                    int64_t grid_h, int64_t grid_w) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const at::ScalarType ct = compute_type(v);
+  const int64_t B = u.size(0), N = u.size(1), D = u.size(2);
+  at::Tensor dy = dy_in.to(ct), gf = g.to(ct), w = norm_w.to(ct);
+  at::Tensor xh = (u.to(ct) - mean.to(ct).unsqueeze(-1)) * rstd.to(ct).unsqueeze(-1);  // (B, N, D)
+  at::Tensor sg = at::sigmoid(gf);                                                      // (B, N, D)
+  Grads r;
+  r.g = (dy * (xh * w + norm_b.to(ct)) * sg * (1 + gf * (1 - sg))).to(g.scalar_type());  // (B, N, D)
+  at::Tensor dn = dy * gf * sg;                                                          // (B, N, D)
+  r.norm_w = (dn * xh).sum(at::IntArrayRef{0, 1}).to(norm_w.scalar_type());                             // (D)
+  r.norm_b = dn.sum(at::IntArrayRef{0, 1}).to(norm_b.scalar_type());                                    // (D)
+  at::Tensor e = dn * w;                                                                 // (B, N, D)
+  at::Tensor du = rstd.to(ct).unsqueeze(-1) * (e - e.mean(-1, true) - xh * (e * xh).mean(-1, true));  // (B, N, D)
+  r.o = du.view({B, N, heads, D / heads}).transpose(1, 2).to(u.scalar_type());          // (B, H, N, d)
+  if (lepe_w.defined()) {
+    const int64_t pad = lepe_w.size(-1) / 2;
+    auto [dv, dw, db] = at::convolution_backward(as_image(du, grid_h, grid_w), as_image(v, grid_h, grid_w).to(ct), lepe_w.to(ct),
+                                                 at::IntArrayRef{D}, {1, 1}, {pad, pad}, {1, 1}, false, {0, 0}, D, {true, true, true});
+    r.v = dv.permute({0, 2, 3, 1}).reshape({B, N, D}).to(v.scalar_type());  // (B, N, D)
+    r.lepe_w = dw.to(lepe_w.scalar_type());                                 // (D, 1, ks, ks)
+    r.lepe_b = db;                                                          // (D)
+  }
+  return r;
+}
+
+// Function::apply takes defined tensors only: "no LePE" (or no LePE bias) travels as an empty one.
+at::Tensor absent_as_empty(const at::Tensor& t, const at::Tensor& like) { return t.defined() ? t : at::empty({0}, like.options()); }
+at::Tensor empty_as_absent(const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); }
+
+struct GatedTailFn : torch::autograd::Function<GatedTailFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w_in,
+                            const at::Tensor& lepe_b_in, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps,
+                            int64_t out_dtype_int) {
+    const auto out_dtype = at::ScalarType(out_dtype_int);
+    const at::Tensor lepe_w = empty_as_absent(lepe_w_in), lepe_b = empty_as_absent(lepe_b_in);
+    Saved s;
+#ifdef NALA_WITH_CUDA
+    if (cuda::gated_tail_supported(o, v, g, lepe_w, out_dtype)) {
+      auto k = cuda::gated_tail_forward(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, true);
+      s = {k.y, k.u, k.mean, k.rstd};
+    }
+#endif
+    if (!s.y.defined()) s = forward_aten(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
+    ctx->save_for_backward({v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, s.u, s.mean, s.rstd});
+    ctx->saved_data["heads"] = o.size(1);
+    ctx->saved_data["grid_h"] = grid_h;
+    ctx->saved_data["grid_w"] = grid_w;
+    return s.y;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto sv = ctx->get_saved_variables();
+    const at::Tensor &v = sv[0], &g = sv[1], &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8];
+    const at::Tensor lepe_w = empty_as_absent(sv[2]), lepe_b = empty_as_absent(sv[3]);
+    const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
+    Grads r;
+#ifdef NALA_WITH_CUDA
+    if (u.is_cuda() && mean.scalar_type() == at::kFloat &&
+        cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), v, g, lepe_w, u.scalar_type())) {
+      auto k = cuda::gated_tail_backward(grads[0], heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
+      r = {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};
+    }
+#endif
+    if (!r.g.defined()) r = backward_aten(grads[0], heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
+    auto as = [](const at::Tensor& grad, const at::Tensor& like) { return grad.defined() && like.defined() ? grad.to(like.scalar_type()) : at::Tensor(); };
+    return {r.o,
+            r.v,
+            r.g,
+            as(r.lepe_w, lepe_w),
+            as(r.lepe_b, lepe_b),
+            as(r.norm_w, norm_w),
+            as(r.norm_b, norm_b),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+void check_args(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t grid_h, int64_t grid_w) {
+  TORCH_CHECK(o.dim() == 4, "gated_tail: o must be (B, H, N, d), got ", o.sizes());
+  const int64_t B = o.size(0), N = o.size(2), D = o.size(1) * o.size(3);
+  TORCH_CHECK(v.dim() == 3 && v.size(0) == B && v.size(1) == N && v.size(2) == D, "gated_tail: v must be (B, N, D) = (", B, ", ", N, ", ", D,
+              "), got ", v.sizes());
+  TORCH_CHECK(g.sizes() == v.sizes(), "gated_tail: g must be (B, N, D) = ", v.sizes(), ", got ", g.sizes());
+  TORCH_CHECK(grid_h * grid_w == N, "gated_tail: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
+  if (lepe_w.defined())
+    TORCH_CHECK(lepe_w.dim() == 4 && lepe_w.size(0) == D && lepe_w.size(1) == 1 && lepe_w.size(2) == lepe_w.size(3) && lepe_w.size(2) % 2 == 1,
+                "gated_tail: lepe weight must be (D, 1, k, k) with D = ", D, " and odd k, got ", lepe_w.sizes());
+}
+
+}  // namespace
+
+at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {
+  const int64_t B = o.size(0), N = o.size(2), D = o.size(1) * o.size(3);
+  at::Tensor u = o.transpose(1, 2).reshape({B, N, D});  // (B, N, D)
+  if (lepe_w.defined())
+    u = u + at::conv2d(as_image(v, grid_h, grid_w), lepe_w, lepe_b, 1, lepe_w.size(-1) / 2, 1, D).flatten(2).transpose(1, 2);  // (B, N, D)
+  return at::layer_norm(u, {D}, norm_w, norm_b, eps) * at::silu(g);  // (B, N, D)
+}
+
+at::Tensor gated_tail_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                            const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {
+  check_args(o, v, g, lepe_w, grid_h, grid_w);
+  return GatedTailFn::apply(o, v, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, grid_h, grid_w, eps,
+                            int64_t(fused_result_dtype(o)));
+}
+
+at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                      const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {
+  if (!o.is_cuda() || !fused_block_ops()) return gated_tail_reference(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps);
+  return gated_tail_fused(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps);
+}
+
+}  // namespace nala::attention

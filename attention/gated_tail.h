@@ -1,0 +1,31 @@
+// The gated NaLa block's tail (docs/nala_attention.md §5), from the attention output to the input
+// of the output projection:
+//   u = o + LePE(v)                 LePE: depthwise ks×ks conv of v over the token grid, zero
+//                                   padding ks/2, with bias (lepe.weight (D, 1, ks, ks), lepe.bias)
+//   y = LayerNorm(u)·SiLU(g)        LayerNorm with affine norm.weight, norm.bias and eps
+// o: (B, H, N, d), the attention output as nala_attention returns it (strided views are read in
+// place, unit stride along d); v, g: (B, N, D) views of the qkvg projection (unit channel stride);
+// N = grid_h·grid_w tokens in row-major order, D = H·d. Without LePE, lepe_w and lepe_b are
+// undefined. On CUDA with fused block ops on (attention/fused_ops.h) this is one operation with a
+// hand-derived backward (four kernels in all: attention/cuda/gated_tail_kernels.cu; o, u and the
+// gradients never go through a layout copy); elsewhere it is the plain composition below.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace nala::attention {
+
+// Under CUDA autocast the result is in the autocast dtype (what the projection reads), else in o's.
+at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                      const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);
+
+// The fused operation itself on every device (on the CPU, and for tensors the kernels do not take,
+// its forward and hand-derived backward in ATen ops): what the CPU tests check against autograd of
+// the plain composition.
+at::Tensor gated_tail_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                            const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);
+
+// The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
+at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);
+
+}  // namespace nala::attention

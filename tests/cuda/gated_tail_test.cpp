@@ -1,0 +1,123 @@
+// The gated NaLa block's tail kernels (attention/cuda/gated_tail_kernels.cu) against float64 truth
+// (the plain composition on the CPU with the same rounded inputs) and against the plain
+// composition on the GPU in the same dtypes (bf16 under autocast, as the model runs): fp32 within
+// 1e-5 relative; bf16 within 2× the composition's own error plus one bf16 rounding. Forward and
+// every gradient (o, the qkvg projection through v and g, LePE weight and bias, LayerNorm weight and
+// bias), LePE 0 / 3 / 5 / 7, square and non-square grids, D up to 1536, bitwise repeatable.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "cuda_test_util.h"
+
+#include "attention/cuda/gated_tail_cuda.h"
+#include "attention/fused_ops.h"
+#include "attention/gated_tail.h"
+
+using namespace nala::attention;
+
+namespace {
+
+using nala::test::Autocast;
+using nala::test::rel;
+
+struct Inputs {
+  at::Tensor qkvg, o, lepe_w, lepe_b, norm_w, norm_b;
+  Inputs to(const at::TensorOptions& act, const at::TensorOptions& par) const {
+    auto c = [](const at::Tensor& t, const at::TensorOptions& opt) { return t.defined() ? t.to(opt) : t; };
+    return {c(qkvg, act), c(o, act), c(lepe_w, par), c(lepe_b, par), c(norm_w, par), c(norm_b, par)};
+  }
+};
+
+struct Result {
+  at::Tensor y, dqkvg, do_, dlw, dlb, dnw, dnb;
+};
+
+Result run(bool fused, const Inputs& in0, int64_t gh, int64_t gw, const at::Tensor& w, bool autocast) {
+  auto leaf = [](const at::Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : at::Tensor(); };
+  Inputs in{leaf(in0.qkvg), leaf(in0.o), leaf(in0.lepe_w), leaf(in0.lepe_b), leaf(in0.norm_w), leaf(in0.norm_b)};
+  const int64_t B = in.qkvg.size(0), N = in.qkvg.size(1), D = in.qkvg.size(3) * in.qkvg.size(4);
+  at::Tensor y;
+  {
+    Autocast ac(autocast);
+    at::Tensor v = in.qkvg.select(2, 2).reshape({B, N, D}), g = in.qkvg.select(2, 3).reshape({B, N, D});  // (B, N, D) strided views
+    if (fused && in.o.is_cuda())
+      EXPECT_TRUE(cuda::gated_tail_supported(in.o, v, g, in.lepe_w, in.o.scalar_type())) << "the kernels must take these tensors";
+    auto f = fused ? gated_tail_fused : gated_tail_reference;
+    y = f(in.o, v, g, in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, gh, gw, 1e-5);  // (B, N, D)
+  }
+  (y.to(w.scalar_type()) * w).sum().backward();
+  auto grad = [](const at::Tensor& t) { return t.defined() ? t.grad() : at::Tensor(); };
+  return {y.detach(), in.qkvg.grad(), in.o.grad(), grad(in.lepe_w), grad(in.lepe_b), in.norm_w.grad(), in.norm_b.grad()};
+}
+
+class GatedTailKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+    set_fused_block_ops(true);
+  }
+};
+
+}  // namespace
+
+TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
+  struct Case {
+    int64_t B, H, d, gh, gw, ks;
+  };
+  const Case cases[] = {{8, 6, 64, 16, 16, 5}, {3, 2, 72, 5, 9, 3}, {2, 3, 12, 7, 7, 7}, {2, 16, 72, 4, 4, 5},
+                        {1, 24, 64, 3, 5, 5}, {4, 6, 64, 8, 8, 0}, {1, 1, 4, 1, 1, 5}};
+  for (const Case& c : cases) {
+    const int64_t N = c.gh * c.gw, D = c.H * c.d;
+    torch::manual_seed(c.B * 1000 + D + c.ks);
+    Inputs in64;
+    in64.qkvg = at::randn({c.B, N, 4, c.H, c.d}, at::kDouble);
+    in64.o = at::randn({c.B, N, c.H, c.d}, at::kDouble).transpose(1, 2);  // (B, H, N, d) strided, as a token-layout writer would give
+    if (c.ks > 0) {
+      in64.lepe_w = at::randn({D, 1, c.ks, c.ks}, at::kDouble) * 0.2;
+      in64.lepe_b = at::randn({D}, at::kDouble) * 0.1;
+    }
+    in64.norm_w = 1 + 0.3 * at::randn({D}, at::kDouble);
+    in64.norm_b = 0.2 * at::randn({D}, at::kDouble);
+    at::Tensor w64 = at::randn({c.B, N, D}, at::kDouble);
+    const auto cu = at::TensorOptions().device(at::kCUDA);
+    for (bool bf16 : {false, true}) {
+      const Inputs in = in64.to(cu.dtype(bf16 ? at::kBFloat16 : at::kFloat), cu.dtype(at::kFloat));
+      const at::Tensor w = w64.to(cu.dtype(at::kFloat));
+      // truth: these very rounded inputs in float64 on the CPU
+      const auto cpu64 = at::TensorOptions().device(at::kCPU).dtype(at::kDouble);
+      const Inputs in_t = in.to(cpu64, cpu64);
+      Result t = run(false, in_t, c.gh, c.gw, w.to(at::kDouble).cpu(), false);
+      Result f = run(true, in, c.gh, c.gw, w, bf16), p = run(false, in, c.gh, c.gw, w, bf16);
+      Result f2 = run(true, in, c.gh, c.gw, w, bf16);
+      char what[128];
+      std::snprintf(what, sizeof what, "B%lld H%lld d%lld grid %lldx%lld ks%lld %s", (long long)c.B, (long long)c.H, (long long)c.d,
+                    (long long)c.gh, (long long)c.gw, (long long)c.ks, bf16 ? "bf16 autocast" : "fp32");
+      const at::Tensor* fs[] = {&f.y, &f.dqkvg, &f.do_, &f.dlw, &f.dlb, &f.dnw, &f.dnb};
+      const at::Tensor* f2s[] = {&f2.y, &f2.dqkvg, &f2.do_, &f2.dlw, &f2.dlb, &f2.dnw, &f2.dnb};
+      const at::Tensor* ps[] = {&p.y, &p.dqkvg, &p.do_, &p.dlw, &p.dlb, &p.dnw, &p.dnb};
+      const at::Tensor* ts[] = {&t.y, &t.dqkvg, &t.do_, &t.dlw, &t.dlb, &t.dnw, &t.dnb};
+      const char* names[] = {"y", "d qkvg", "d o", "d lepe.w", "d lepe.b", "d norm.w", "d norm.b"};
+      for (int i = 0; i < 7; ++i) {
+        ASSERT_EQ(fs[i]->defined(), ts[i]->defined()) << what << " " << names[i];
+        if (!fs[i]->defined()) continue;
+        ASSERT_EQ(fs[i]->sizes(), ts[i]->sizes()) << what << " " << names[i];
+        EXPECT_TRUE(at::equal(*fs[i], *f2s[i])) << what << " " << names[i] << ": not bitwise repeatable";
+        const double ef = rel(*fs[i], *ts[i]), ep = rel(*ps[i], *ts[i]);
+        std::printf("  %-42s %-9s fused err %.2e  composition err %.2e\n", what, names[i], ef, ep);
+        if (!bf16) EXPECT_LT(ef, 1e-5) << what << " " << names[i];
+        else EXPECT_LE(ef, 2 * ep + 4e-3) << what << " " << names[i];
+      }
+      if (bf16) EXPECT_EQ(f.y.scalar_type(), at::kBFloat16);  // what the projection reads under autocast
+    }
+  }
+}
+
+// The whole NaLaDiT-S/2 step on CUDA, fused (this tail included) vs NALA_FUSED_BLOCKS=0, is
+// BlockKernels.DiTStepFusedEqualsUnfused (tests/cuda/block_kernels_test.cpp).
