@@ -4,6 +4,7 @@
 namespace nala::bench {
 
 int bench_attention(int argc, char** argv);
+int bench_tail(int argc, char** argv);
 int bench_train(int argc, char** argv);
 int bench_sample(int argc, char** argv);
 int bench_eval(int argc, char** argv);

@@ -71,8 +71,9 @@ TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
   struct Case {
     int64_t B, H, d, gh, gw, ks;
   };
-  const Case cases[] = {{8, 6, 64, 16, 16, 5}, {3, 2, 72, 5, 9, 3}, {2, 3, 12, 7, 7, 7}, {2, 16, 72, 4, 4, 5},
-                        {1, 24, 64, 3, 5, 5}, {4, 6, 64, 8, 8, 0}, {1, 1, 4, 1, 1, 5}};
+  // grids wider than the kernels' 16-token strips (several strips a row, a partial last one) too
+  const Case cases[] = {{8, 6, 64, 16, 16, 5}, {3, 2, 72, 5, 9, 3}, {2, 3, 12, 7, 7, 7}, {2, 16, 72, 4, 4, 5}, {1, 24, 64, 3, 5, 5},
+                        {4, 6, 64, 8, 8, 0}, {1, 1, 4, 1, 1, 5}, {2, 2, 8, 3, 33, 5}, {1, 6, 64, 9, 64, 5}, {1, 2, 72, 40, 3, 7}};
   for (const Case& c : cases) {
     const int64_t N = c.gh * c.gw, D = c.H * c.d;
     torch::manual_seed(c.B * 1000 + D + c.ks);

@@ -122,3 +122,14 @@ def test_guidance_on_one_channel_model_and_failing_bench_rows(tmp):
     run("nala", "sample", "--ckpt", tmp / "r", "--steps", "3", "--cfg-scale", "2", "--classes", "1,2", "--out", tmp / "g.png", "--device", "cpu")
     p = run("nala", "bench", "train", "--models", "DiT-Q/2", "--batch", "2", "--image-size", "64", "--device", "cpu", check=False)
     assert p.returncode != 0 and "failed" in p.stdout
+
+
+def test_bench_tail_rows_agree_with_the_composition():
+    """`nala bench tail` on the CPU: both rows print, and the fused operation's output (its ATen
+    form here) equals the plain composition's within float32 rounding (the table's last column)."""
+    p = run("nala", "bench", "tail", "--device", "cpu", "--dtype", "fp32", "--heads", "2", "--head-dim", "8", "--shapes", "2x5", "--reps", "1")
+    rows = [line.split("|")[1:-1] for line in p.stdout.splitlines() if line.startswith("| composition") or line.startswith("| fused")]
+    assert [r[0].strip() for r in rows] == ["composition", "fused"], p.stdout
+    assert float(rows[1][-1]) < 1e-5, p.stdout
+    bad = run("nala", "bench", "tail", "--device", "cpu", "--lepe", "4", check=False)
+    assert bad.returncode != 0 and "--lepe must be 0 or odd, got 4" in bad.stderr, bad.stderr
