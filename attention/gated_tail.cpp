@@ -119,7 +119,7 @@ struct GatedTailFn : torch::autograd::Function<GatedTailFn> {
     const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
     Grads r;
 #ifdef NALA_WITH_CUDA
-    if (u.is_cuda() && mean.scalar_type() == at::kFloat &&
+    if (u.is_cuda() && u.is_contiguous() && mean.scalar_type() == at::kFloat &&
         cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), v, g, lepe_w, u.scalar_type())) {
       auto k = cuda::gated_tail_backward(grads[0], heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
       r = {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};

@@ -20,8 +20,15 @@ bool vector_friendly(const at::Tensor& t) {
   return true;
 }
 
-// a float32 parameter vector or tap table, contiguous
-at::Tensor f32(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
+// a float32 parameter vector or tap table, contiguous and 16-byte aligned (the kernels' float4 loads)
+at::Tensor f32(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kFloat).contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+}
+
+void check_parameter(const at::Tensor& t, const at::Tensor& like, const char* name) {
+  TORCH_CHECK(t.device() == like.device(), "gated_tail: ", name, " is on ", t.device(), ", the activations on ", like.device());
+}
 
 // sizes from v (B, N, D) and the head count; o's pointer is the forward's to set
 GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t heads, int64_t grid_h, int64_t grid_w) {
@@ -73,11 +80,15 @@ GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, cons
   p.eps = float(eps);
   at::Tensor wt, b;
   if (p.ks > 0) {
+    check_parameter(lepe_w, o, "lepe.weight");
+    if (lepe_b.defined()) check_parameter(lepe_b, o, "lepe.bias");
     wt = f32(lepe_w.reshape({p.D, p.ks * p.ks}).t());  // (ks·ks, D) tap-major
     b = lepe_b.defined() ? f32(lepe_b) : at::zeros({p.D}, o.options().dtype(at::kFloat));
     p.lepe_wt = wt.data_ptr<float>();
     p.lepe_b = b.data_ptr<float>();
   }
+  check_parameter(norm_w, o, "norm.weight");
+  check_parameter(norm_b, o, "norm.bias");
   const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
   p.norm_w = nw.data_ptr<float>();
   p.norm_b = nb.data_ptr<float>();
