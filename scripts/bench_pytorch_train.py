@@ -89,6 +89,9 @@ def main():
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    # NaLa models: the feature maps in float32 and the matmuls under autocast, as a user would write
+    # them (the module's default, float64, is the tests' oracle)
+    reference_dit.ATTENTION_DTYPE = torch.float32
     dev = "cuda"
     L = a.image_size // 8
     diff = Diffusion(dev)

@@ -79,10 +79,15 @@ def phi_key(k, alpha=1.0, lam=3.0, variant="nala"):
     return torch.cat([a * torch.cos(th), a * torch.sin(th)], -1)
 
 
+# The dtype nala_attention computes in: float64 for the tests' oracle; the PyTorch training
+# benchmark (scripts/bench_pytorch_train.py) sets float32, what a user would write (fp32 feature maps).
+ATTENTION_DTYPE = torch.float64
+
+
 def nala_attention(q, k, v, alpha=1.0, variant="nala", eps=1e-6):
-    """docs/nala_attention.md §4 in float64 for the oracle; q, k, v (B, H, N, d)."""
+    """docs/nala_attention.md §4 in ATTENTION_DTYPE; q, k, v (B, H, N, d)."""
     dt = q.dtype
-    q, k, v = q.double(), k.double(), v.double()
+    q, k, v = q.to(ATTENTION_DTYPE), k.to(ATTENTION_DTYPE), v.to(ATTENTION_DTYPE)
     pq, pk = phi_query(q, alpha, variant=variant), phi_key(k, alpha, variant=variant)
     n = q.shape[2]
     S = pk.transpose(-1, -2) @ v / n
