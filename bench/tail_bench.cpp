@@ -8,13 +8,13 @@
 #include <iostream>
 #include <sstream>
 
-#include <ATen/autocast_mode.h>
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
 #include "attention/gated_tail.h"
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "train/autocast_scope.h"
 
 namespace nala::bench {
 namespace {
@@ -35,18 +35,6 @@ std::vector<Shape> parse_grids(const std::string& s) {
   return out;
 }
 
-// bf16 CUDA autocast for a scope, as the trainer runs
-struct AutocastScope {
-  bool on;
-  explicit AutocastScope(bool enable) : on(enable) {
-    if (!on) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~AutocastScope() {
-    if (on) at::autocast::set_autocast_enabled(at::kCUDA, false);
-  }
-};
 
 }  // namespace
 
@@ -97,7 +85,7 @@ int bench_tail(int argc, char** argv) {
     for (const Path& p : {Path{"composition", false}, Path{"fused", true}}) {
       auto call = [&](const at::Tensor& qkvg_, const at::Tensor& o_, const at::Tensor& lw_, const at::Tensor& lb_, const at::Tensor& nw_,
                       const at::Tensor& nb_) {
-        AutocastScope ac(autocast);
+        train::AutocastScope ac(autocast);
         at::Tensor v = qkvg_.select(2, 2).reshape({s.B, N, D}), g = qkvg_.select(2, 3).reshape({s.B, N, D});  // (B, N, D) views
         auto f = p.fused ? attention::gated_tail_fused : attention::gated_tail_reference;
         return f(o_, v, g, lw_, lb_, nw_, nb_, s.grid, s.grid, 1e-5);  // (B, N, D)

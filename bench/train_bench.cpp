@@ -5,12 +5,12 @@
 #include <iostream>
 #include <sstream>
 
-#include <ATen/autocast_mode.h>
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "train/autocast_scope.h"
 #include "train/adamw.h"
 #include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
@@ -56,21 +56,14 @@ int bench_train(int argc, char** argv) {
       at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().device(dev).dtype(at::kLong));
       model->train();
       auto step = [&] {
+        at::Tensor loss;
         {
-          if (bf16) {
-            at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-            at::autocast::set_autocast_enabled(at::kCUDA, true);
-            at::autocast::increment_nesting();
-          }
+          train::AutocastScope ac(bf16);
           at::Tensor t = at::randint(0, 1000, {B}, x.options().dtype(at::kLong));
           auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model->forward(xt, tt, y); };
-          at::Tensor loss = diff.training_losses(fn, x, t, at::randn_like(x)).loss.mean();
-          if (bf16) {
-            if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-            at::autocast::set_autocast_enabled(at::kCUDA, false);
-          }
-          loss.backward();
+          loss = diff.training_losses(fn, x, t, at::randn_like(x)).loss.mean();
         }
+        loss.backward();
         opt.step();
         opt.zero_grad();
         train::update_ema(ema->parameters(), model->parameters(), 0.9999);

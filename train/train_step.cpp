@@ -1,27 +1,13 @@
 #include "train/train_step.h"
 
+#include "train/autocast_scope.h"
+
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 namespace nala::train {
 namespace {
 
-// bf16 autocast on CUDA for the scope of one training step (as PyTorch's torch.autocast).
-struct AutocastScope {
-  bool on;
-  explicit AutocastScope(bool enable) : on(enable) {
-    if (!on) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!on) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCUDA, false);
-  }
-};
 
 std::vector<at::Tensor> trainable_parameters(models::DiT& m) {
   std::vector<at::Tensor> v;

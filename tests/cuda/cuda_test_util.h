@@ -4,7 +4,8 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
+
+#include "train/autocast_scope.h"
 
 namespace nala::test {
 
@@ -13,18 +14,6 @@ inline double rel(const at::Tensor& a, const at::Tensor& ref) {
   return (a.to(at::kDouble).cpu() - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
 }
 
-struct Autocast {
-  bool on;
-  explicit Autocast(bool enable) : on(enable) {
-    if (!on) return;
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~Autocast() {
-    if (on) at::autocast::set_autocast_enabled(at::kCUDA, false);
-  }
-  Autocast(const Autocast&) = delete;
-  Autocast& operator=(const Autocast&) = delete;
-};
+using Autocast = train::AutocastScope;  // bf16 CUDA autocast for a scope
 
 }  // namespace nala::test
