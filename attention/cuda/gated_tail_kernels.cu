@@ -1,11 +1,12 @@
 // The gated NaLa block's tail, forward and backward (parameters: gated_tail_kernels.h; formulas and
 // the ATen counterpart the tests compare with: attention/gated_tail.cpp). Five kernel launches:
-//   lepe_conv     u = o + LePE(v) + b       a lane owns 2 channels of a 64-channel chunk with the
-//                                           taps' weights in registers; a warp a strip of 16 tokens
+//   lepe_conv     u = o + LePE(v) + b       a block a tile (64 channels × 16 columns × 2-8 rows) with
+//                                           its input window in shared memory; a lane 2 channels, the
+//                                           taps' weights in registers; a warp a row of 16 outputs
 //   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels)
 //   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
-//   lepe_wgrad    Σ dw per tap, Σ db        strips as lepe_conv, sums per block in warp order
+//   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv, sums per block in warp order
 // No atomics: every sum runs in a fixed order, so results are bitwise repeatable.
 #include "attention/cuda/gated_tail_kernels.h"
 
@@ -32,16 +33,27 @@ void check_launch(const char* what) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// LePE works on strips: kStrip consecutive tokens of one grid row (one sample), a warp a strip,
-// a lane 2 channels. A strip reads ks rows × (kStrip + ks − 1) inputs once each and keeps its
-// kStrip outputs in registers: ks·(kStrip + ks − 1) loads for kStrip outputs instead of ks² each.
+// LePE works on tiles: a block owns a 64-channel chunk (a lane 2 channels) and kStrip consecutive
+// columns × TileRows<T, KS>::rows grid rows of one sample. It stages the input window those outputs
+// read, (rows + ks − 1) × (kStrip + ks − 1) positions, in shared memory once (zeros outside the
+// grid), and every tap then reads it at a compile-time offset; a warp computes whole rows of
+// kStrip outputs with the taps' weights (or the weight-gradient sums) in registers.
 constexpr int kStrip = 16;
-int64_t strips_per_row(const GatedTailParams& p) { return ceil_div(p.grid_w, kStrip); }
-int64_t strip_count(const GatedTailParams& p) { return p.B * p.grid_h * strips_per_row(p); }
-// Blocks along the strips: about 8 blocks an SM over all channel chunks; warps loop over strips.
-int64_t lepe_blocks(const GatedTailParams& p) {
-  const int64_t chunks = ceil_div(p.D, kChunkChannels);
-  return std::max<int64_t>(1, std::min<int64_t>(ceil_div(8 * p.sms, chunks), ceil_div(strip_count(p), kWarps)));
+template <typename T, int KS>
+struct TileRows {  // output rows a block: as many as let the window fit 48 KB of shared memory
+  static constexpr int cols = kStrip + (KS > 0 ? KS - 1 : 0);
+  static constexpr int bytes_per_row = cols * 32 * int(sizeof(float2));  // the window holds float2 a lane (any T)
+  static constexpr int halo = KS > 0 ? KS - 1 : 0;
+  static constexpr int rows = (8 + halo) * bytes_per_row <= 48 * 1024 ? 8 : (4 + halo) * bytes_per_row <= 48 * 1024 ? 4 : 2;
+  static constexpr int window_rows = rows + halo;
+};
+int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p.grid_h, rows) * ceil_div(p.grid_w, kStrip); }
+// Blocks along the tiles: every tile its block where that fits the grid's y limit; the weight
+// gradient (whose partial sums are per block) takes about 8 blocks an SM over the channel chunks.
+int64_t lepe_blocks(const GatedTailParams& p, int rows, bool few) {
+  const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
+  const int64_t cap = few ? std::max<int64_t>(1, ceil_div(8 * p.sms, chunks)) : 65535;
+  return std::max<int64_t>(1, std::min<int64_t>(tiles, cap));
 }
 // Rows (tokens) a ln_gate_bwd block walks: about 4 blocks an SM.
 int64_t ln_rows_per_block(const GatedTailParams& p) { return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, 4 * p.sms)); }
@@ -61,36 +73,52 @@ __device__ __forceinline__ const T* lane_base(const Strided& a, int c, int d) {
   return static_cast<const T*>(a.p) + (c / d) * a.sh + c % d;
 }
 
-struct StripPos {
+// Tile t of the grid: sample b, output rows y0 .. y0 + rows − 1, columns x0 .. x0 + kStrip − 1.
+struct TilePos {
   int64_t b;
-  int y, x0;
+  int y0, x0;
 };
-__device__ __forceinline__ StripPos strip_pos(const GatedTailParams& p, int64_t s, int spr) {
-  StripPos r;
-  const int64_t per_sample = int64_t(p.grid_h) * spr;
-  r.b = s / per_sample;
-  const int rem = int(s - r.b * per_sample);
-  r.y = rem / spr;
-  r.x0 = (rem - r.y * spr) * kStrip;
+__device__ __forceinline__ TilePos tile_pos(const GatedTailParams& p, int64_t t, int rows) {
+  const int tx = (p.grid_w + kStrip - 1) / kStrip, ty = (p.grid_h + rows - 1) / rows;
+  TilePos r;
+  r.b = t / (int64_t(tx) * ty);
+  const int rem = int(t - r.b * tx * ty);
+  r.y0 = (rem / tx) * rows;
+  r.x0 = (rem % tx) * kStrip;
   return r;
 }
 
-// Walks the ks rows × (kStrip + ks − 1) inputs a strip's outputs read, loading each once, and calls
-// f(tap, xo, value) for every (tap, output) pair it feeds: output x = x0 + xo reads input
-// x0 + xo + j − R for tap (i, j) (PyTorch's conv2d, a cross-correlation with zero padding R).
+// The lane's channel pair of the window around tile s into shared memory (window[row][col][lane]),
+// zeros outside the grid or past D. Ends with a block barrier (and needs one before, if the window
+// was in use).
+template <typename T, int KS, int ROWS>
+__device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, const TilePos& s,
+                                             float2* window) {
+  constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = ROWS + (KS > 0 ? KS - 1 : 0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int pos = warp; pos < WROWS * COLS; pos += kWarps) {
+    const int r = pos / COLS, col = pos - r * COLS;
+    const int yy = s.y0 + r - R, xx = s.x0 + col - R;
+    float2 val = make_float2(0.0f, 0.0f);
+    if (active && yy >= 0 && yy < p.grid_h && xx >= 0 && xx < p.grid_w) val = load2(in + s.b * sb + (int64_t(yy) * p.grid_w + xx) * sn);
+    window[pos * 32 + lane] = val;
+  }
+  __syncthreads();
+}
+
+// For output row r of the tile, calls f(tap, xo, value) for every (tap, output) pair: output
+// x0 + xo reads window column xo + j of window row r + i for tap (i, j) (PyTorch's conv2d, a
+// cross-correlation with zero padding R). Offsets are compile-time constants.
 template <typename T, int KS, typename F>
-__device__ __forceinline__ void for_each_tap(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, const StripPos& s, F&& f) {
-  constexpr int R = KS / 2;
+__device__ __forceinline__ void for_each_tap(const float2* window, int r, F&& f) {
+  constexpr int COLS = TileRows<T, KS>::cols;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < KS; ++i) {
-    const int yy = s.y + i - R;
-    if (yy < 0 || yy >= p.grid_h) continue;  // the same for the whole warp
-    const T* row = in + s.b * sb + int64_t(yy) * p.grid_w * sn;
+    const float2* row = window + ((r + i) * COLS) * 32 + lane;
 #pragma unroll
-    for (int xi = 0; xi < kStrip + KS - 1; ++xi) {
-      const int xin = s.x0 + xi - R;
-      if (xin < 0 || xin >= p.grid_w) continue;
-      const float2 val = load2(row + xin * sn);
+    for (int xi = 0; xi < COLS; ++xi) {
+      const float2 val = row[xi * 32];
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
         const int xo = xi - j;  // known at compile time: no branch
@@ -101,40 +129,52 @@ __device__ __forceinline__ void for_each_tap(const GatedTailParams& p, const T* 
 }
 
 // out = conv(in; wt) (+ bias) (+ res): the forward's u = o + LePE(v) + b, and the backward's
-// dv = conv(du; flipped taps) (the transposed convolution). wt (ks·ks, D) tap-major.
+// dv = conv(du; flipped taps) (the transposed convolution). wt (ks·ks, D) tap-major. Blocks loop
+// over tiles (gridDim.y of them at a time).
 template <typename T, int KS>
 __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p, const Strided in, const float* __restrict__ wt,
                                                          const float* __restrict__ bias, const Strided res, T* __restrict__ out) {
-  constexpr int TAPS = KS * KS > 0 ? KS * KS : 1;
+  constexpr int TAPS = KS * KS > 0 ? KS * KS : 1, ROWS = TileRows<T, KS>::rows;
+  extern __shared__ float2 window[];  // (window rows, cols, 32 lanes)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * kChunkChannels + 2 * lane;
-  if (c >= p.D) return;  // no block-wide synchronisation below
-  float w0[TAPS], w1[TAPS];
-  if constexpr (KS > 0)
-#pragma unroll
-    for (int t = 0; t < KS * KS; ++t) w0[t] = wt[t * p.D + c], w1[t] = wt[t * p.D + c + 1];
-  const float b0 = bias ? bias[c] : 0.0f, b1 = bias ? bias[c + 1] : 0.0f;
-  const T* ib = lane_base<T>(in, c, p.d);
-  const T* rb = res.p ? lane_base<T>(res, c, p.d) : nullptr;
-  const int spr = int((p.grid_w + kStrip - 1) / kStrip);
-  const int64_t strips = p.B * p.grid_h * spr;
-  for (int64_t si = int64_t(blockIdx.y) * kWarps + warp; si < strips; si += int64_t(gridDim.y) * kWarps) {
-    const StripPos s = strip_pos(p, si, spr);
-    float a0[kStrip], a1[kStrip];
-#pragma unroll
-    for (int xo = 0; xo < kStrip; ++xo) a0[xo] = b0, a1[xo] = b1;
+  const bool active = c < p.D;
+  float w0[TAPS], w1[TAPS], b0 = 0, b1 = 0;
+  if (active) {
     if constexpr (KS > 0)
-      for_each_tap<T, KS>(p, ib, in.sb, in.sn, s, [&](int t, int xo, float2 val) {
-        a0[xo] += w0[t] * val.x;
-        a1[xo] += w1[t] * val.y;
-      });
-    const int64_t n0 = int64_t(s.y) * p.grid_w + s.x0;
 #pragma unroll
-    for (int xo = 0; xo < kStrip; ++xo) {
-      if (s.x0 + xo >= p.grid_w) break;
-      float2 r = make_float2(0.0f, 0.0f);
-      if (rb) r = load2(rb + s.b * res.sb + (n0 + xo) * res.sn);
-      store2(out + (s.b * p.N + n0 + xo) * p.D + c, make_float2(a0[xo] + r.x, a1[xo] + r.y));
+      for (int t = 0; t < KS * KS; ++t) w0[t] = wt[t * p.D + c], w1[t] = wt[t * p.D + c + 1];
+    if (bias) b0 = bias[c], b1 = bias[c + 1];
+  }
+  const int ch = active ? c : 0;  // a valid channel for the base pointers of inactive lanes
+  const T* ib = lane_base<T>(in, ch, p.d);
+  const T* rb = res.p ? lane_base<T>(res, ch, p.d) : nullptr;
+  const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
+  for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) {
+    const TilePos s = tile_pos(p, ti, ROWS);
+    if constexpr (KS > 0) {
+      __syncthreads();  // the previous tile's window is read
+      stage_window<T, KS, ROWS>(p, ib, in.sb, in.sn, active, s, window);
+    }
+    for (int r = warp; r < ROWS; r += kWarps) {
+      const int y = s.y0 + r;
+      if (y >= p.grid_h || !active) continue;
+      float a0[kStrip], a1[kStrip];
+#pragma unroll
+      for (int xo = 0; xo < kStrip; ++xo) a0[xo] = b0, a1[xo] = b1;
+      if constexpr (KS > 0)
+        for_each_tap<T, KS>(window, r, [&](int t, int xo, float2 val) {
+          a0[xo] += w0[t] * val.x;
+          a1[xo] += w1[t] * val.y;
+        });
+      const int64_t n0 = int64_t(y) * p.grid_w + s.x0;
+#pragma unroll
+      for (int xo = 0; xo < kStrip; ++xo) {
+        if (s.x0 + xo >= p.grid_w) break;
+        float2 rv = make_float2(0.0f, 0.0f);
+        if (rb) rv = load2(rb + s.b * res.sb + (n0 + xo) * res.sn);
+        store2(out + (s.b * p.N + n0 + xo) * p.D + c, make_float2(a0[xo] + rv.x, a1[xo] + rv.y));
+      }
     }
   }
 }
@@ -259,27 +299,31 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
 }
 
 // ---- LePE weight gradient: dw_t = Σ_p du(p)·v(p + off_t), db = Σ_p du(p), off_t = (i − R, j − R)
-// for tap t = i·KS + j: a strip keeps its kStrip du values in registers and walks the v inputs they
-// met (for_each_tap, the forward's pairs). Sums per lane over the warp's strips, then per block in
-// warp order.
+// for tap t = i·KS + j: the window of v around a tile in shared memory (as lepe_conv), a row's
+// kStrip du values in registers, the forward's (tap, output) pairs. Sums per lane over the block's
+// tiles and rows, then per block in warp order.
 template <typename T, int KS>
 __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part) {
-  constexpr int TAPS = KS * KS;
-  __shared__ float red[(TAPS + 1) * kChunkChannels];
+  constexpr int TAPS = KS * KS, ROWS = TileRows<T, KS>::rows;
+  extern __shared__ float2 window[];  // (window rows, cols, 32 lanes); reused for the final sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * kChunkChannels + 2 * lane;
   const bool active = c < p.D;
+  const int ch = active ? c : 0;
   float a0[TAPS + 1], a1[TAPS + 1];  // Σ dw per tap, then Σ db
 #pragma unroll
   for (int t = 0; t <= TAPS; ++t) a0[t] = 0, a1[t] = 0;
-  if (active) {
-    const T* gb = lane_base<T>(du, c, p.d);
-    const T* vb = lane_base<T>(v, c, p.d);
-    const int spr = int((p.grid_w + kStrip - 1) / kStrip);
-    const int64_t strips = p.B * p.grid_h * spr;
-    for (int64_t si = int64_t(blockIdx.y) * kWarps + warp; si < strips; si += int64_t(gridDim.y) * kWarps) {
-      const StripPos s = strip_pos(p, si, spr);
-      const int64_t n0 = int64_t(s.y) * p.grid_w + s.x0;
+  const T* gb = lane_base<T>(du, ch, p.d);
+  const T* vb = lane_base<T>(v, ch, p.d);
+  const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
+  for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) {
+    const TilePos s = tile_pos(p, ti, ROWS);
+    __syncthreads();  // the previous tile's window is read
+    stage_window<T, KS, ROWS>(p, vb, v.sb, v.sn, active, s, window);
+    for (int r = warp; r < ROWS; r += kWarps) {
+      const int y = s.y0 + r;
+      if (y >= p.grid_h || !active) continue;
+      const int64_t n0 = int64_t(y) * p.grid_w + s.x0;
       float g0[kStrip], g1[kStrip];
 #pragma unroll
       for (int xo = 0; xo < kStrip; ++xo) {
@@ -290,22 +334,23 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
           a0[TAPS] += val.x, a1[TAPS] += val.y;
         }
       }
-      for_each_tap<T, KS>(p, vb, v.sb, v.sn, s, [&](int t, int xo, float2 val) {
+      for_each_tap<T, KS>(window, r, [&](int t, int xo, float2 val) {
         a0[t] += g0[xo] * val.x;
         a1[t] += g1[xo] * val.y;
       });
     }
   }
-  // the warps' sums, added in warp order (3 + 2 + 1, then + 0) through one shared buffer
+  // the warps' sums, added in warp order (3 + 2 + 1, then + 0) through the window's memory
+  float* red = reinterpret_cast<float*>(window);  // (TAPS + 1, 64) floats ≤ the window's size
   for (int w = kWarps - 1; w > 0; --w) {
-    if (warp == w && active)
+    __syncthreads();
+    if (warp == w)
 #pragma unroll
       for (int t = 0; t <= TAPS; ++t) red[t * kChunkChannels + 2 * lane] = a0[t], red[t * kChunkChannels + 2 * lane + 1] = a1[t];
     __syncthreads();
-    if (warp == w - 1 && active)
+    if (warp == w - 1)
 #pragma unroll
       for (int t = 0; t <= TAPS; ++t) a0[t] += red[t * kChunkChannels + 2 * lane], a1[t] += red[t * kChunkChannels + 2 * lane + 1];
-    __syncthreads();
   }
   if (warp == 0 && active)
 #pragma unroll
@@ -356,12 +401,26 @@ void with_ks(int ks, bool allow_zero, F&& f) {
 Strided o_of(const GatedTailParams& p) { return {p.o, p.o_stride[0], p.o_stride[1], p.o_stride[2]}; }
 Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_stride[1]}; }
 Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
-dim3 lepe_grid(const GatedTailParams& p) { return dim3(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p))); }
+
+template <typename T, int KS>
+size_t window_bytes() {
+  return size_t(TileRows<T, KS>::window_rows) * TileRows<T, KS>::cols * 32 * sizeof(float2);
+}
+
+// Launches a LePE kernel with its window's dynamic shared memory (opted in above 48 KB).
+template <typename T, int KS, typename Kernel, typename... Args>
+void launch_lepe(Kernel kernel, dim3 grid, cudaStream_t st, Args... args) {
+  const size_t smem = KS > 0 ? window_bytes<T, KS>() : 0;
+  if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  kernel<<<grid, kWarps * 32, smem, st>>>(args...);
+}
 
 template <typename T>
 void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, cudaStream_t st) {
   with_ks(p.ks, true, [&](auto ks) {
-    lepe_conv<T, ks()><<<lepe_grid(p), kWarps * 32, 0, st>>>(p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+    constexpr int K = ks();
+    const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, false)));
+    launch_lepe<T, K>(lepe_conv<T, K>, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
   });
   check_launch("lepe_conv");
   const unsigned blocks = unsigned(ceil_div(p.B * p.N, kWarps));
@@ -383,11 +442,15 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
   check_launch("ln_gate_bwd");
   if (p.ks == 0) return;
   with_ks(p.ks, false, [&](auto ks) {
-    if constexpr (ks() > 0) {
+    constexpr int K = ks();
+    if constexpr (K > 0) {
+      const unsigned chunks = unsigned(ceil_div(p.D, kChunkChannels));
       // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
-      lepe_conv<T, ks()><<<lepe_grid(p), kWarps * 32, 0, st>>>(p, du_of(p, du), p.lepe_wt_flipped, nullptr, Strided{}, static_cast<T*>(dv));
+      launch_lepe<T, K>(lepe_conv<T, K>, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, false))), st, p, du_of(p, du),
+                        p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
       check_launch("lepe_conv (backward)");
-      lepe_wgrad<T, ks()><<<lepe_grid(p), kWarps * 32, 0, st>>>(p, du_of(p, du), v_of(p), lepe_part);
+      launch_lepe<T, K>(lepe_wgrad<T, K>, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, true))), st, p, du_of(p, du), v_of(p),
+                        lepe_part);
       check_launch("lepe_wgrad");
     }
   });
@@ -396,7 +459,13 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
 }  // namespace
 
 int ln_gate_backward_chunks(const GatedTailParams& p) { return int(ceil_div(p.B * p.N, ln_rows_per_block(p))); }
-int lepe_backward_chunks(const GatedTailParams& p) { return int(lepe_blocks(p)); }
+int lepe_backward_chunks(const GatedTailParams& p) {
+  int rows = 0;
+  with_ks(p.ks, false, [&](auto ks) {
+    if constexpr (ks() > 0) rows = p.bf16 ? TileRows<__nv_bfloat16, ks()>::rows : TileRows<float, ks()>::rows;
+  });
+  return int(lepe_blocks(p, rows, true));
+}
 
 void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
