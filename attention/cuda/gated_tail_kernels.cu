@@ -36,16 +36,34 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // LePE works on tiles: a block owns a 64-channel chunk (a lane 2 channels) and kStrip consecutive
 // columns × TileRows<T, KS>::rows grid rows of one sample. It stages the input window those outputs
 // read, (rows + ks − 1) × (kStrip + ks − 1) positions, in shared memory once (zeros outside the
-// grid), and every tap then reads it at a compile-time offset; a warp computes whole rows of
-// kStrip outputs with the taps' weights (or the weight-gradient sums) in registers.
+// grid) with asynchronous copies (cp.async: all of a tile's loads in flight at once, no registers),
+// and every tap then reads it at a compile-time offset; a warp computes whole rows of kStrip
+// outputs with the taps' weights (or the weight-gradient sums) in registers. A block that walks
+// several tiles (the weight gradient's) copies the next tile's window while it computes this one.
 constexpr int kStrip = 16;
+// A lane's channel pair as it lies in memory (the window keeps the input's dtype: bf16 halves it).
+template <typename T>
+struct ChannelPair;
+template <>
+struct ChannelPair<float> {
+  using type = float2;
+  static __device__ __forceinline__ float2 to_float2(float2 v) { return v; }
+};
+template <>
+struct ChannelPair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+};
+template <typename T>
+using PairT = typename ChannelPair<T>::type;
 template <typename T, int KS>
-struct TileRows {  // output rows a block: as many as let the window fit 48 KB of shared memory
+struct TileRows {  // output rows a block: as many as let one window fit 48 KB of shared memory
   static constexpr int cols = kStrip + (KS > 0 ? KS - 1 : 0);
-  static constexpr int bytes_per_row = cols * 32 * int(sizeof(float2));  // the window holds float2 a lane (any T)
+  static constexpr int bytes_per_row = cols * 32 * int(sizeof(PairT<T>));
   static constexpr int halo = KS > 0 ? KS - 1 : 0;
   static constexpr int rows = (8 + halo) * bytes_per_row <= 48 * 1024 ? 8 : (4 + halo) * bytes_per_row <= 48 * 1024 ? 4 : 2;
   static constexpr int window_rows = rows + halo;
+  static constexpr int elems = window_rows * cols * 32;  // PairT<T> values of one window
 };
 int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p.grid_h, rows) * ceil_div(p.grid_w, kStrip); }
 // Blocks along the tiles: every tile its block where that fits the grid's y limit; the weight
@@ -88,37 +106,76 @@ __device__ __forceinline__ TilePos tile_pos(const GatedTailParams& p, int64_t t,
   return r;
 }
 
-// The lane's channel pair of the window around tile s into shared memory (window[row][col][lane]),
-// zeros outside the grid or past D. Ends with a block barrier (and needs one before, if the window
-// was in use).
+// cp.async (sm_80+): copies BYTES from global to shared memory without the registers, zeros when
+// !valid (source size 0; the address must still be a mapped one).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(BYTES), "r"(valid ? BYTES : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+// Issues the copies of the lane's channel pair of the window around tile s into shared memory
+// (window[row][col][lane]), zeros outside the grid or past D, as one cp.async group.
 template <typename T, int KS, int ROWS>
 __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, const TilePos& s,
-                                             float2* window) {
-  constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = ROWS + (KS > 0 ? KS - 1 : 0);
+                                             PairT<T>* window) {
+  constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = TileRows<T, KS>::window_rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int pos = warp; pos < WROWS * COLS; pos += kWarps) {
     const int r = pos / COLS, col = pos - r * COLS;
     const int yy = s.y0 + r - R, xx = s.x0 + col - R;
-    float2 val = make_float2(0.0f, 0.0f);
-    if (active && yy >= 0 && yy < p.grid_h && xx >= 0 && xx < p.grid_w) val = load2(in + s.b * sb + (int64_t(yy) * p.grid_w + xx) * sn);
-    window[pos * 32 + lane] = val;
+    const bool valid = active && yy >= 0 && yy < p.grid_h && xx >= 0 && xx < p.grid_w;
+    const T* src = valid ? in + s.b * sb + (int64_t(yy) * p.grid_w + xx) * sn : in;
+    cp_async<int(sizeof(PairT<T>))>(window + pos * 32 + lane, src, valid);
   }
-  __syncthreads();
+  cp_async_commit();
+}
+
+// Walks the block's tiles (blockIdx.y, + gridDim.y, ...) and calls body(tile, window) with the
+// tile's input window staged and visible to the whole block. With two buffers (buffers == 2) the
+// next tile's copies run while body works on this one. Ends with a block barrier after the last
+// body, so the caller may reuse the window memory.
+template <typename T, int KS, int ROWS, typename Body>
+__device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, int buffers,
+                                              PairT<T>* window, Body&& body) {
+  const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
+  const int stride = buffers == 2 ? TileRows<T, KS>::elems : 0;  // buffer 1 − cur at window + (1 − cur)·stride
+  int cur = 0;
+  int64_t ti = blockIdx.y;
+  if (ti < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window);
+  for (; ti < tiles; ti += gridDim.y) {
+    const int64_t next = ti + gridDim.y;
+    const bool ahead = buffers == 2 && next < tiles;
+    if (ahead) {
+      stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride);
+      cp_async_wait<1>();  // this tile's group is done, the next one's may run on
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every warp's copies of this window are visible
+    body(tile_pos(p, ti, ROWS), static_cast<const PairT<T>*>(window + cur * stride));
+    __syncthreads();  // the window is read before it is refilled
+    if (buffers == 2) cur ^= 1;
+    else if (next < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window);
+  }
 }
 
 // For output row r of the tile, calls f(tap, xo, value) for every (tap, output) pair: output
 // x0 + xo reads window column xo + j of window row r + i for tap (i, j) (PyTorch's conv2d, a
 // cross-correlation with zero padding R). Offsets are compile-time constants.
 template <typename T, int KS, typename F>
-__device__ __forceinline__ void for_each_tap(const float2* window, int r, F&& f) {
+__device__ __forceinline__ void for_each_tap(const PairT<T>* window, int r, F&& f) {
   constexpr int COLS = TileRows<T, KS>::cols;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < KS; ++i) {
-    const float2* row = window + ((r + i) * COLS) * 32 + lane;
+    const PairT<T>* row = window + ((r + i) * COLS) * 32 + lane;
 #pragma unroll
     for (int xi = 0; xi < COLS; ++xi) {
-      const float2 val = row[xi * 32];
+      const float2 val = ChannelPair<T>::to_float2(row[xi * 32]);
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
         const int xo = xi - j;  // known at compile time: no branch
@@ -133,9 +190,10 @@ __device__ __forceinline__ void for_each_tap(const float2* window, int r, F&& f)
 // over tiles (gridDim.y of them at a time).
 template <typename T, int KS>
 __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p, const Strided in, const float* __restrict__ wt,
-                                                         const float* __restrict__ bias, const Strided res, T* __restrict__ out) {
+                                                         const float* __restrict__ bias, const Strided res, T* __restrict__ out, int buffers) {
   constexpr int TAPS = KS * KS > 0 ? KS * KS : 1, ROWS = TileRows<T, KS>::rows;
-  extern __shared__ float2 window[];  // (window rows, cols, 32 lanes)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  PairT<T>* window = reinterpret_cast<PairT<T>*>(smem_raw);  // (buffers, window rows, cols, 32 lanes)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * kChunkChannels + 2 * lane;
   const bool active = c < p.D;
@@ -149,13 +207,8 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
   const int ch = active ? c : 0;  // a valid channel for the base pointers of inactive lanes
   const T* ib = lane_base<T>(in, ch, p.d);
   const T* rb = res.p ? lane_base<T>(res, ch, p.d) : nullptr;
-  const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
-  for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) {
-    const TilePos s = tile_pos(p, ti, ROWS);
-    if constexpr (KS > 0) {
-      __syncthreads();  // the previous tile's window is read
-      stage_window<T, KS, ROWS>(p, ib, in.sb, in.sn, active, s, window);
-    }
+  // a tile's rows: out = Σ taps (from the window) + bias + res
+  auto rows_of = [&](const TilePos& s, const PairT<T>* win) {
     for (int r = warp; r < ROWS; r += kWarps) {
       const int y = s.y0 + r;
       if (y >= p.grid_h || !active) continue;
@@ -163,7 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
 #pragma unroll
       for (int xo = 0; xo < kStrip; ++xo) a0[xo] = b0, a1[xo] = b1;
       if constexpr (KS > 0)
-        for_each_tap<T, KS>(window, r, [&](int t, int xo, float2 val) {
+        for_each_tap<T, KS>(win, r, [&](int t, int xo, float2 val) {
           a0[xo] += w0[t] * val.x;
           a1[xo] += w1[t] * val.y;
         });
@@ -176,6 +229,12 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
         store2(out + (s.b * p.N + n0 + xo) * p.D + c, make_float2(a0[xo] + rv.x, a1[xo] + rv.y));
       }
     }
+  };
+  if constexpr (KS > 0) {
+    for_each_tile<T, KS, ROWS>(p, ib, in.sb, in.sn, active, buffers, window, rows_of);
+  } else {  // no convolution: u = o + b, no window
+    const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
+    for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) rows_of(tile_pos(p, ti, ROWS), window);
   }
 }
 
@@ -303,9 +362,11 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
 // kStrip du values in registers, the forward's (tap, output) pairs. Sums per lane over the block's
 // tiles and rows, then per block in warp order.
 template <typename T, int KS>
-__global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part) {
+__global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part,
+                                                          int buffers) {
   constexpr int TAPS = KS * KS, ROWS = TileRows<T, KS>::rows;
-  extern __shared__ float2 window[];  // (window rows, cols, 32 lanes); reused for the final sums
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  PairT<T>* window = reinterpret_cast<PairT<T>*>(smem_raw);  // (buffers, window rows, cols, 32 lanes); then the final sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c = blockIdx.x * kChunkChannels + 2 * lane;
   const bool active = c < p.D;
@@ -315,11 +376,7 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
   for (int t = 0; t <= TAPS; ++t) a0[t] = 0, a1[t] = 0;
   const T* gb = lane_base<T>(du, ch, p.d);
   const T* vb = lane_base<T>(v, ch, p.d);
-  const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
-  for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) {
-    const TilePos s = tile_pos(p, ti, ROWS);
-    __syncthreads();  // the previous tile's window is read
-    stage_window<T, KS, ROWS>(p, vb, v.sb, v.sn, active, s, window);
+  for_each_tile<T, KS, ROWS>(p, vb, v.sb, v.sn, active, buffers, window, [&](const TilePos& s, const PairT<T>* win) {
     for (int r = warp; r < ROWS; r += kWarps) {
       const int y = s.y0 + r;
       if (y >= p.grid_h || !active) continue;
@@ -334,14 +391,14 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
           a0[TAPS] += val.x, a1[TAPS] += val.y;
         }
       }
-      for_each_tap<T, KS>(window, r, [&](int t, int xo, float2 val) {
+      for_each_tap<T, KS>(win, r, [&](int t, int xo, float2 val) {
         a0[t] += g0[xo] * val.x;
         a1[t] += g1[xo] * val.y;
       });
     }
-  }
+  });
   // the warps' sums, added in warp order (3 + 2 + 1, then + 0) through the window's memory
-  float* red = reinterpret_cast<float*>(window);  // (TAPS + 1, 64) floats ≤ the window's size
+  float* red = reinterpret_cast<float*>(smem_raw);  // (TAPS + 1, 64) floats ≤ the window's size
   for (int w = kWarps - 1; w > 0; --w) {
     __syncthreads();
     if (warp == w)
@@ -402,17 +459,16 @@ Strided o_of(const GatedTailParams& p) { return {p.o, p.o_stride[0], p.o_stride[
 Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_stride[1]}; }
 Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
 
-template <typename T, int KS>
-size_t window_bytes() {
-  return size_t(TileRows<T, KS>::window_rows) * TileRows<T, KS>::cols * 32 * sizeof(float2);
-}
-
-// Launches a LePE kernel with its window's dynamic shared memory (opted in above 48 KB).
+// Launches a LePE kernel over its tiles with the windows' dynamic shared memory (opted in above
+// 48 KB): one window when every block has one tile, two (the next one copied in while this one is
+// computed) when blocks walk several.
 template <typename T, int KS, typename Kernel, typename... Args>
-void launch_lepe(Kernel kernel, dim3 grid, cudaStream_t st, Args... args) {
-  const size_t smem = KS > 0 ? window_bytes<T, KS>() : 0;
+void launch_lepe(Kernel kernel, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
+  const int64_t tiles = p.B * tiles_per_sample(p, TileRows<T, KS>::rows);
+  const int buffers = tiles > int64_t(grid.y) ? 2 : 1;
+  const size_t smem = KS > 0 ? size_t(buffers) * TileRows<T, KS>::elems * sizeof(PairT<T>) : 0;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  kernel<<<grid, kWarps * 32, smem, st>>>(args...);
+  kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers);
 }
 
 template <typename T>
@@ -420,7 +476,7 @@ void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, floa
   with_ks(p.ks, true, [&](auto ks) {
     constexpr int K = ks();
     const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, false)));
-    launch_lepe<T, K>(lepe_conv<T, K>, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+    launch_lepe<T, K>(lepe_conv<T, K>, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
   });
   check_launch("lepe_conv");
   const unsigned blocks = unsigned(ceil_div(p.B * p.N, kWarps));
@@ -446,10 +502,10 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
     if constexpr (K > 0) {
       const unsigned chunks = unsigned(ceil_div(p.D, kChunkChannels));
       // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
-      launch_lepe<T, K>(lepe_conv<T, K>, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, false))), st, p, du_of(p, du),
+      launch_lepe<T, K>(lepe_conv<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, false))), st, p, du_of(p, du),
                         p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
       check_launch("lepe_conv (backward)");
-      launch_lepe<T, K>(lepe_wgrad<T, K>, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, true))), st, p, du_of(p, du), v_of(p),
+      launch_lepe<T, K>(lepe_wgrad<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, true))), st, p, du_of(p, du), v_of(p),
                         lepe_part);
       check_launch("lepe_wgrad");
     }

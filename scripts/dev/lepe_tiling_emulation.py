@@ -7,8 +7,9 @@
 import torch, itertools
 torch.manual_seed(0)
 kStrip = 16
+ELEM = 8  # bytes of a lane's channel pair in the window: 4 for bf16, 8 for float (set by the loop below)
 def tile_rows(KS):
-    cols = kStrip + (KS - 1 if KS > 0 else 0); bpr = cols * 32 * 8; halo = KS - 1 if KS > 0 else 0
+    cols = kStrip + (KS - 1 if KS > 0 else 0); bpr = cols * 32 * ELEM; halo = KS - 1 if KS > 0 else 0
     return 8 if (8 + halo) * bpr <= 48 * 1024 else 4 if (4 + halo) * bpr <= 48 * 1024 else 2
 def tile_pos(t, rows, gh, gw):
     tx = (gw + kStrip - 1) // kStrip; ty = (gh + rows - 1) // rows
@@ -58,7 +59,7 @@ def wgrad(du, v, KS):
                         xo = xi - j
                         if 0 <= xo < kStrip: acc[:, i * KS + j] += g[xo] * win[r + i, xi]
     return acc
-for (B, gh, gw, KS) in [(2, 5, 7, 5), (1, 3, 33, 5), (1, 9, 20, 3), (1, 4, 17, 7), (2, 16, 16, 5)]:
+for ELEM, (B, gh, gw, KS) in itertools.product((4, 8), [(2, 5, 7, 5), (1, 3, 33, 5), (1, 9, 20, 3), (1, 4, 17, 7), (2, 16, 16, 5)]):
     C = 3
     v = torch.randn(B, gh, gw, C, dtype=torch.float64, requires_grad=True)
     W = torch.randn(C, 1, KS, KS, dtype=torch.float64, requires_grad=True)
@@ -71,4 +72,5 @@ for (B, gh, gw, KS) in [(2, 5, 7, 5), (1, 3, 33, 5), (1, 9, 20, 3), (1, 4, 17, 7
     acc = wgrad(du, v.detach(), KS)
     e = [(out - ref.detach()).abs().max().item(), (dv - v.grad).abs().max().item(),
          (acc[:, :KS * KS] - W.grad.reshape(C, -1)).abs().max().item(), (acc[:, KS * KS] - du.sum((0, 1, 2))).abs().max().item()]
-    print(B, gh, gw, KS, ["%.1e" % x for x in e], "rows/tile", tile_rows(KS))
+    print("window bytes/lane", ELEM, "B gh gw ks", B, gh, gw, KS, ["%.1e" % x for x in e], "rows/tile", tile_rows(KS))
+    assert max(e) < 1e-12, e

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -65,15 +66,12 @@ class GatedTailKernels : public ::testing::Test {
   }
 };
 
-}  // namespace
+struct Case {
+  int64_t B, H, d, gh, gw, ks;
+};
 
-TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
-  struct Case {
-    int64_t B, H, d, gh, gw, ks;
-  };
-  // grids wider than the kernels' 16-token strips (several strips a row, a partial last one) too
-  const Case cases[] = {{8, 6, 64, 16, 16, 5}, {3, 2, 72, 5, 9, 3}, {2, 3, 12, 7, 7, 7}, {2, 16, 72, 4, 4, 5}, {1, 24, 64, 3, 5, 5},
-                        {4, 6, 64, 8, 8, 0}, {1, 1, 4, 1, 1, 5}, {2, 2, 8, 3, 33, 5}, {1, 6, 64, 9, 64, 5}, {1, 2, 72, 40, 3, 7}};
+// The fused op on CUDA against float64 truth and the composition, every output and gradient.
+void check_cases(const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     const int64_t N = c.gh * c.gw, D = c.H * c.d;
     torch::manual_seed(c.B * 1000 + D + c.ks);
@@ -118,6 +116,25 @@ TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
       if (bf16) EXPECT_EQ(f.y.scalar_type(), at::kBFloat16);  // what the projection reads under autocast
     }
   }
+}
+
+}  // namespace
+
+TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
+  // grids wider than the kernels' 16-token strips (several strips a row, a partial last one) too
+  check_cases({{8, 6, 64, 16, 16, 5}, {3, 2, 72, 5, 9, 3}, {2, 3, 12, 7, 7, 7}, {2, 16, 72, 4, 4, 5}, {1, 24, 64, 3, 5, 5},
+               {4, 6, 64, 8, 8, 0}, {1, 1, 4, 1, 1, 5}, {2, 2, 8, 3, 33, 5}, {1, 6, 64, 9, 64, 5}, {1, 2, 72, 40, 3, 7},
+               // 1,100 one-token tiles of one channel chunk against ≈ 8 lepe_wgrad blocks an SM (1,056 on
+               // 132 SMs): a few blocks walk two tiles (double-buffered windows), small enough for racecheck
+               {1100, 1, 4, 1, 1, 5}});
+}
+
+TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
+  // More LePE tiles than blocks: a block walks several, the next window copied in while one is
+  // computed. lepe_wgrad launches ≈ 8 blocks an SM over the channel chunks (176 along the tiles for
+  // D = 384 on 132 SMs) against 192 (bf16, 8-row tiles) or 384 (fp32, 4-row) tiles here; lepe_conv
+  // launches at most 65,535 along the tiles, against 65,600 one-token samples here.
+  check_cases({{96, 6, 64, 16, 16, 5}, {65600, 1, 4, 1, 1, 7}});
 }
 
 // The whole NaLaDiT-S/2 step on CUDA, fused (this tail included) vs NALA_FUSED_BLOCKS=0, is
