@@ -39,8 +39,9 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
-  // strided views; the backward writes the projection's gradient in one pass (split_heads.h)
-  const auto t = split_heads(linear(qkvg, x).view({B, N, 4, heads_, d}));  // 4 × (B, N, H, d) strided views
+  // strided views; the backward writes the projection's gradient in one pass (split_heads.h), v's
+  // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
+  const auto t = split_heads(linear(qkvg, x).view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)
@@ -48,7 +49,7 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   at::Tensor o = cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w)
                            : nala_attention(q, k, v, cfg_.nala);          // (B, H, N, d)
   // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
-  at::Tensor y = gated_tail(o, t[2].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
+  at::Tensor y = gated_tail(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
                             norm->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
   return linear(proj, y);                                                // (B, N, D)
 }

@@ -17,21 +17,38 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 #ifdef NALA_WITH_CUDA
-bool gather_on_cuda(const tensor_list& grads, const at::Tensor& dst) {
+// grads: the P parts' gradients, then (repeat ≥ 0) the repeated part's second gradient.
+bool gather_on_cuda(const tensor_list& grads, int64_t repeat, const at::Tensor& dst) {
   if (!dst.is_cuda()) return false;
   const int64_t es = dst.element_size();
   if ((dst.size(4) * es) % 16 != 0) return false;
   cuda::GatherHeadsParams p;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const at::Tensor& g = grads[i];
-    if (!g.defined()) continue;
+  auto layout_ok = [&](const at::Tensor& g, int64_t (&stride)[3]) {
     if (g.scalar_type() != dst.scalar_type() || g.device() != dst.device() || g.stride(3) != 1 || reinterpret_cast<uintptr_t>(g.data_ptr()) % 16 != 0)
       return false;
     for (int k = 0; k < 3; ++k) {
       if ((g.stride(k) * es) % 16 != 0) return false;
-      p.stride[i][k] = g.stride(k);
+      stride[k] = g.stride(k);
     }
+    return true;
+  };
+  const size_t P = size_t(dst.size(2));
+  for (size_t i = 0; i < P; ++i) {
+    const at::Tensor& g = grads[i];
+    if (!g.defined()) continue;
+    if (!layout_ok(g, p.stride[i])) return false;
     p.src[i] = g.data_ptr();
+  }
+  if (repeat >= 0 && grads[P].defined()) {
+    if (!layout_ok(grads[P], p.extra_stride)) return false;
+    switch (dst.scalar_type()) {
+      case at::kFloat: p.dtype = cuda::GatherHeadsParams::Dtype::f32; break;
+      case at::kBFloat16: p.dtype = cuda::GatherHeadsParams::Dtype::bf16; break;
+      case at::kHalf: p.dtype = cuda::GatherHeadsParams::Dtype::f16; break;
+      default: return false;
+    }
+    p.extra_part = int(repeat);
+    p.extra = grads[P].data_ptr();
   }
   p.dst = dst.data_ptr();
   p.B = int(dst.size(0));
@@ -47,36 +64,44 @@ bool gather_on_cuda(const tensor_list& grads, const at::Tensor& dst) {
 #endif
 
 struct SplitHeadsFn : torch::autograd::Function<SplitHeadsFn> {
-  static tensor_list forward(AutogradContext* ctx, const at::Tensor& t) {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& t, int64_t repeat) {
     ctx->saved_data["sizes"] = t.sizes().vec();
     ctx->saved_data["dtype"] = int64_t(t.scalar_type());
-    return t.unbind(2);  // P × (B, N, H, d) views
+    ctx->saved_data["repeat"] = repeat;
+    tensor_list parts = t.unbind(2);                // P × (B, N, H, d) views
+    if (repeat >= 0) parts.push_back(t.select(2, repeat));  // the repeated part's second view
+    return parts;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto sizes = ctx->saved_data["sizes"].toIntVector();
     const auto dtype = at::ScalarType(ctx->saved_data["dtype"].toInt());
+    const int64_t repeat = ctx->saved_data["repeat"].toInt();
     at::Tensor ref;
     for (const auto& g : grads)
       if (g.defined()) ref = g;
-    if (!ref.defined()) return {at::Tensor()};
+    if (!ref.defined()) return {at::Tensor(), at::Tensor()};
     at::Tensor dt = at::empty(sizes, ref.options().dtype(dtype));  // (B, N, P, H, d)
 #ifdef NALA_WITH_CUDA
-    if (gather_on_cuda(grads, dt)) return {dt};
+    if (gather_on_cuda(grads, repeat, dt)) return {dt, at::Tensor()};
 #endif
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (grads[i].defined()) dt.select(2, int64_t(i)).copy_(grads[i]);
-      else dt.select(2, int64_t(i)).zero_();
+    const int64_t P = sizes[2];
+    for (int64_t i = 0; i < P; ++i) {
+      at::Tensor g = grads[size_t(i)];
+      if (i == repeat && grads[size_t(P)].defined()) g = g.defined() ? g + grads[size_t(P)] : grads[size_t(P)];  // autograd's sum
+      if (g.defined()) dt.select(2, i).copy_(g);
+      else dt.select(2, i).zero_();
     }
-    return {dt};
+    return {dt, at::Tensor()};
   }
 };
 
 }  // namespace
 
-std::vector<at::Tensor> split_heads(const at::Tensor& t) {
+std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part) {
   TORCH_CHECK(t.dim() == 5 && t.size(2) >= 1 && t.size(2) <= 4, "split_heads: expected a (B, N, P, H, d) tensor with P <= 4, got ", t.sizes());
-  return SplitHeadsFn::apply(t);
+  TORCH_CHECK(repeat_part >= -1 && repeat_part < t.size(2), "split_heads: repeat_part ", repeat_part, " is not a part of ", t.size(2));
+  return SplitHeadsFn::apply(t, repeat_part);
 }
 
 }  // namespace nala::attention

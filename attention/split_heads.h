@@ -12,7 +12,9 @@
 
 namespace nala::attention {
 
-// t (B, N, P, H, d) -> P views (B, N, H, d); P <= 4.
-std::vector<at::Tensor> split_heads(const at::Tensor& t);
+// t (B, N, P, H, d) -> P views (B, N, H, d); P <= 4. With repeat_part ≥ 0, a (P+1)-th view of that
+// part: a part read by two consumers (the gated NaLa block's v: the attention and LePE) gets its
+// two gradients added inside the same one-pass backward, not by autograd in a pass of its own.
+std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part = -1);
 
 }  // namespace nala::attention

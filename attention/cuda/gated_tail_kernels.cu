@@ -1,8 +1,9 @@
 // The gated NaLa block's tail, forward and backward (parameters: gated_tail_kernels.h; formulas and
 // the ATen counterpart the tests compare with: attention/gated_tail.cpp). Five kernel launches:
-//   lepe_conv     u = o + LePE(v) + b       a block a tile (64 channels × 16 columns × 2-8 rows) with
-//                                           its input window in shared memory; a lane 2 channels, the
-//                                           taps' weights in registers; a warp a row of 16 outputs
+//   lepe_conv     u = o + LePE(v) + b       a block walks tiles (64 channels × 16 columns × 2-8 rows),
+//                                           each tile's input window in shared memory (the next one
+//                                           copied in meanwhile); a lane 2 channels, the taps' weights
+//                                           in registers; a warp a row of 16 outputs
 //   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels)
 //   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
@@ -13,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -66,12 +68,24 @@ struct TileRows {  // output rows a block: as many as let one window fit 48 KB o
   static constexpr int elems = window_rows * cols * 32;  // PairT<T> values of one window
 };
 int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p.grid_h, rows) * ceil_div(p.grid_w, kStrip); }
-// Blocks along the tiles: every tile its block where that fits the grid's y limit; the weight
-// gradient (whose partial sums are per block) takes about 8 blocks an SM over the channel chunks.
-int64_t lepe_blocks(const GatedTailParams& p, int rows, bool few) {
+// Blocks along the tiles. The weight gradient (whose partial sums are per block) takes about 8
+// blocks an SM over the channel chunks. The convolution takes about 3 an SM (what two windows of
+// shared memory and 128 registers a lane leave resident), each walking several tiles with the next
+// window copied in while one is computed; NALA_LEPE_TILE_BLOCKS=1 gives every tile its own block
+// instead (one window, no overlap within a block; for same-run comparisons).
+bool one_block_a_tile() {
+  static const bool on = [] {
+    const char* e = std::getenv("NALA_LEPE_TILE_BLOCKS");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+enum class LepeKernel { conv, wgrad };
+int64_t lepe_blocks(const GatedTailParams& p, int rows, LepeKernel k) {
   const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
-  const int64_t cap = few ? std::max<int64_t>(1, ceil_div(8 * p.sms, chunks)) : 65535;
-  return std::max<int64_t>(1, std::min<int64_t>(tiles, cap));
+  const int per_sm = k == LepeKernel::wgrad ? 8 : 3;
+  const int64_t cap = k == LepeKernel::conv && one_block_a_tile() ? 65535 : std::max<int64_t>(1, ceil_div(per_sm * p.sms, chunks));
+  return std::max<int64_t>(1, std::min<int64_t>({tiles, cap, int64_t(65535)}));
 }
 // Rows (tokens) a ln_gate_bwd block walks: about 4 blocks an SM.
 int64_t ln_rows_per_block(const GatedTailParams& p) { return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, 4 * p.sms)); }
@@ -475,7 +489,7 @@ template <typename T>
 void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, cudaStream_t st) {
   with_ks(p.ks, true, [&](auto ks) {
     constexpr int K = ks();
-    const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, false)));
+    const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv)));
     launch_lepe<T, K>(lepe_conv<T, K>, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
   });
   check_launch("lepe_conv");
@@ -502,10 +516,10 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
     if constexpr (K > 0) {
       const unsigned chunks = unsigned(ceil_div(p.D, kChunkChannels));
       // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
-      launch_lepe<T, K>(lepe_conv<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, false))), st, p, du_of(p, du),
+      launch_lepe<T, K>(lepe_conv<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st, p, du_of(p, du),
                         p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
       check_launch("lepe_conv (backward)");
-      launch_lepe<T, K>(lepe_wgrad<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, true))), st, p, du_of(p, du), v_of(p),
+      launch_lepe<T, K>(lepe_wgrad<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad))), st, p, du_of(p, du), v_of(p),
                         lepe_part);
       check_launch("lepe_wgrad");
     }
@@ -520,7 +534,7 @@ int lepe_backward_chunks(const GatedTailParams& p) {
   with_ks(p.ks, false, [&](auto ks) {
     if constexpr (ks() > 0) rows = p.bf16 ? TileRows<__nv_bfloat16, ks()>::rows : TileRows<float, ks()>::rows;
   });
-  return int(lepe_blocks(p, rows, true));
+  return int(lepe_blocks(p, rows, LepeKernel::wgrad));
 }
 
 void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, void* stream) {

@@ -3,6 +3,8 @@
 // order (coalesced writes; each source row of d elements is one contiguous run).
 #include "attention/cuda/gather_heads.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -10,6 +12,25 @@
 
 namespace nala::attention::cuda {
 namespace {
+
+// a + b for one 16-byte vector of T, in float, rounded once (as autograd's sum of the two gradients)
+template <typename T>
+__device__ __forceinline__ uint4 add_vec(uint4 a, uint4 b) {
+  constexpr int n = 16 / int(sizeof(T));
+  const T* x = reinterpret_cast<const T*>(&a);
+  const T* y = reinterpret_cast<const T*>(&b);
+  uint4 r;
+  T* z = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int i = 0; i < n; ++i) z[i] = T(float(x[i]) + float(y[i]));
+  return r;
+}
+template <>
+__device__ __forceinline__ uint4 add_vec<float>(uint4 a, uint4 b) {
+  const float4 x = *reinterpret_cast<const float4*>(&a), y = *reinterpret_cast<const float4*>(&b);
+  const float4 z = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+  return *reinterpret_cast<const uint4*>(&z);
+}
 
 __global__ void gather_heads_kernel(GatherHeadsParams p, int64_t vecs, int vec_per_row) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -28,6 +49,14 @@ __global__ void gather_heads_kernel(GatherHeadsParams p, int64_t vecs, int vec_p
   if (src) {
     const int64_t off = (b * p.stride[part][0] + n * p.stride[part][1] + h * p.stride[part][2]) * p.element_size + int64_t(v) * 16;
     val = *reinterpret_cast<const uint4*>(src + off);
+  }
+  if (part == p.extra_part) {  // the part's second gradient: added (or alone where src is absent)
+    const int64_t off = (b * p.extra_stride[0] + n * p.extra_stride[1] + h * p.extra_stride[2]) * p.element_size + int64_t(v) * 16;
+    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.extra) + off);
+    if (!src) val = e;
+    else if (p.dtype == GatherHeadsParams::Dtype::f32) val = add_vec<float>(val, e);
+    else if (p.dtype == GatherHeadsParams::Dtype::bf16) val = add_vec<__nv_bfloat16>(val, e);
+    else val = add_vec<__half>(val, e);
   }
   reinterpret_cast<uint4*>(p.dst)[i] = val;
 }

@@ -178,6 +178,19 @@ TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
       };
       at::Tensor g_gpu = run(t0), g_cpu = run(t0.cpu());
       EXPECT_TRUE(at::equal(g_gpu.cpu(), g_cpu)) << "P=" << P << " " << dt;
+      // part 2 repeated (the gated NaLa block's v): its second gradient, in the token layout the
+      // fused tail writes, added in the gather; the CPU path adds with ATen
+      auto run_repeat = [&](const at::Tensor& base) {
+        at::Tensor t = base.clone().requires_grad_(true);
+        auto parts = nala::attention::split_heads(t, 2);
+        at::Tensor v_tok = parts[P].reshape({3, 37, 6 * 64});  // (B, N, D) view
+        at::Tensor loss = (parts[2].transpose(1, 2).to(at::kFloat) * 0.75).sum() + (v_tok.to(at::kFloat) * v_tok.to(at::kFloat)).sum() +
+                          parts[1].to(at::kFloat).sum();
+        loss.backward();
+        return t.grad();
+      };
+      at::Tensor r_gpu = run_repeat(t0), r_cpu = run_repeat(t0.cpu());
+      EXPECT_TRUE(at::equal(r_gpu.cpu(), r_cpu)) << "repeated part, P=" << P << " " << dt;
     }
   }
 }
