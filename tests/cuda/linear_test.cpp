@@ -1,0 +1,89 @@
+// The column-sum kernel against a float64 sum, and linear() on CUDA (LinearFn with the kernel for
+// the bias gradient) against at::linear, fp32 and under bf16 autocast as the trainer runs it.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "cuda_test_util.h"
+
+#include "attention/cuda/column_sum.h"
+#include "attention/fused_ops.h"
+#include "attention/linear.h"
+
+using nala::test::rel;
+
+namespace {
+
+class LinearCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+    nala::attention::set_fused_block_ops(true);
+  }
+};
+
+}  // namespace
+
+TEST_F(LinearCuda, ColumnSumMatchesFloat64) {
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (auto [R, C] : {std::pair<int64_t, int64_t>{65536, 1536}, {65536, 384}, {37, 8}, {1, 264}, {3000, 1152}, {0, 16}}) {
+      torch::manual_seed(R + C);
+      at::Tensor x = at::randn({R, C}, at::kCUDA).to(dt);
+      ASSERT_TRUE(nala::attention::cuda::column_sum_supported(x));
+      at::Tensor s = nala::attention::cuda::column_sum(x), s2 = nala::attention::cuda::column_sum(x);
+      at::Tensor truth = x.to(at::kDouble).sum(0);
+      EXPECT_EQ(s.scalar_type(), at::kFloat);
+      EXPECT_TRUE(at::equal(s, s2)) << "not bitwise repeatable";
+      const double e = R == 0 ? s.abs().max().item<double>() : rel(s, truth);
+      std::printf("  column_sum %s %lldx%lld rel err %.2e\n", c10::toString(dt), (long long)R, (long long)C, e);
+      EXPECT_LT(e, 1e-6) << dt << " " << R << "x" << C;  // float32 accumulation of exact inputs
+    }
+  }
+  EXPECT_FALSE(nala::attention::cuda::column_sum_supported(at::randn({4, 6}, at::kCUDA).to(at::kBFloat16)));  // 12-byte rows
+}
+
+TEST_F(LinearCuda, LinearEqualsAtLinear) {
+  for (bool bf16 : {false, true}) {
+    for (auto sizes : {std::vector<int64_t>{64, 256, 384}, std::vector<int64_t>{5, 7, 384}}) {
+      torch::manual_seed(sizes[0]);
+      torch::nn::Linear m(384, 1536);
+      m->to(at::kCUDA);
+      at::Tensor x0 = at::randn(sizes, at::kCUDA), gy = at::randn({sizes[0], sizes[1], 1536}, at::kCUDA);
+      auto run = [&](bool fused) {
+        nala::attention::set_fused_block_ops(fused);
+        for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
+        at::Tensor x = x0.clone().requires_grad_(true);
+        at::Tensor y;
+        {
+          nala::test::Autocast ac(bf16);
+          y = nala::attention::linear(m, x);
+          (y.to(at::kFloat) * gy).sum().backward();
+        }
+        nala::attention::set_fused_block_ops(true);
+        return std::vector<at::Tensor>{y.detach(), x.grad(), m->weight.grad().clone(), m->bias.grad().clone()};
+      };
+      auto f = run(true), p = run(false);
+      // truth: float64 on the same (rounded) operands
+      at::Tensor xd = (bf16 ? x0.to(at::kBFloat16) : x0).to(at::kDouble), wd = (bf16 ? m->weight.to(at::kBFloat16) : m->weight).to(at::kDouble);
+      at::Tensor gd = (bf16 ? gy.to(at::kBFloat16) : gy).to(at::kDouble).reshape({-1, 1536});
+      at::Tensor db_t = gd.sum(0), dw_t = gd.t().mm(xd.reshape({-1, 384}));
+      const char* names[] = {"y", "dx", "dw", "db"};
+      EXPECT_EQ(f[0].scalar_type(), p[0].scalar_type());
+      EXPECT_TRUE(at::equal(f[0], p[0])) << "forward differs from at::linear";
+      for (int i = 1; i < 4; ++i) {
+        EXPECT_EQ(f[i].scalar_type(), p[i].scalar_type()) << names[i];
+        const double e = rel(f[i], p[i]);
+        std::printf("  linear %s %lldx%lld %-2s fused vs at::linear %.2e\n", bf16 ? "bf16" : "fp32", (long long)sizes[0], (long long)sizes[1],
+                    names[i], e);
+        EXPECT_LT(e, bf16 ? 8e-3 : 1e-5) << names[i];
+      }
+      // the bias gradient: float32 sum of the bf16 gradient, closer to float64 than ATen's bf16 result
+      EXPECT_LE(rel(f[3], db_t), rel(p[3], db_t) + 1e-6);
+      EXPECT_LT(rel(f[2], dw_t), bf16 ? 8e-3 : 1e-5);
+    }
+  }
+}
