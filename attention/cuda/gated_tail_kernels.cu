@@ -1,9 +1,8 @@
 // The gated NaLa block's tail, forward and backward (parameters: gated_tail_kernels.h; formulas and
 // the ATen counterpart the tests compare with: attention/gated_tail.cpp). Five kernel launches:
-//   lepe_conv     u = o + LePE(v) + b       a block walks tiles (64 channels × 16 columns × 2-8 rows),
-//                                           each tile's input window in shared memory (the next one
-//                                           copied in meanwhile); a lane 2 channels, the taps' weights
-//                                           in registers; a warp a row of 16 outputs
+//   lepe_conv     u = o + LePE(v) + b       a block a tile (64 channels × 16 columns × 2-8 rows) with
+//                                           its input window in shared memory; a lane 2 channels, the
+//                                           taps' weights in registers; a warp a row of 16 outputs
 //   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels)
 //   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
@@ -14,7 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -68,24 +66,17 @@ struct TileRows {  // output rows a block: as many as let one window fit 48 KB o
   static constexpr int elems = window_rows * cols * 32;  // PairT<T> values of one window
 };
 int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p.grid_h, rows) * ceil_div(p.grid_w, kStrip); }
-// Blocks along the tiles. The weight gradient (whose partial sums are per block) takes about 8
-// blocks an SM over the channel chunks. The convolution takes about 3 an SM (what two windows of
-// shared memory and 128 registers a lane leave resident), each walking several tiles with the next
-// window copied in while one is computed; NALA_LEPE_TILE_BLOCKS=1 gives every tile its own block
-// instead (one window, no overlap within a block; for same-run comparisons).
-bool one_block_a_tile() {
-  static const bool on = [] {
-    const char* e = std::getenv("NALA_LEPE_TILE_BLOCKS");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
+// Blocks along the tiles. The convolution gives every tile its own block (up to the grid's y limit;
+// one window, copies and compute overlap across the ≈ 4 blocks resident an SM): measured against
+// ≈ 3 blocks an SM walking tiles with double-buffered windows, the latter was slower (the tail's
+// forward 0.270 against 0.233 ms at B 256, N 256, D 384 on the H200, docs/benchmarks.md). The
+// weight gradient (whose partial sums are per block) takes about 8 blocks an SM over the channel
+// chunks, walking tiles double-buffered.
 enum class LepeKernel { conv, wgrad };
 int64_t lepe_blocks(const GatedTailParams& p, int rows, LepeKernel k) {
   const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
-  const int per_sm = k == LepeKernel::wgrad ? 8 : 3;
-  const int64_t cap = k == LepeKernel::conv && one_block_a_tile() ? 65535 : std::max<int64_t>(1, ceil_div(per_sm * p.sms, chunks));
-  return std::max<int64_t>(1, std::min<int64_t>({tiles, cap, int64_t(65535)}));
+  const int64_t cap = k == LepeKernel::conv ? 65535 : std::max<int64_t>(1, ceil_div(8 * p.sms, chunks));
+  return std::max<int64_t>(1, std::min<int64_t>(tiles, cap));
 }
 // Rows (tokens) a ln_gate_bwd block walks: about 4 blocks an SM.
 int64_t ln_rows_per_block(const GatedTailParams& p) { return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, 4 * p.sms)); }

@@ -9,8 +9,6 @@ out=$1
 n=./build-device/nala
 {
   $n bench tail --shapes 256x16,64x32,16x64,4x128
-  echo "NALA_LEPE_TILE_BLOCKS=1 (lepe_conv: a block a tile, no overlap of copies and compute):"
-  NALA_LEPE_TILE_BLOCKS=1 $n bench tail --shapes 256x16,16x64
   $n bench tail --heads 16 --head-dim 72 --shapes 64x16,16x32
   for sz in 256:256 512:64 1024:16 2048:4; do
     $n bench train --device cuda --models DiT-S/2,NaLaDiT-S/2 --batch "${sz#*:}" --image-size "${sz%%:*}" --steps 6 --warmup 2

@@ -132,8 +132,8 @@ TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
 TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
   // Many LePE tiles a block: the next window copied in while one is computed. lepe_wgrad launches
   // ≈ 8 blocks an SM over the channel chunks (176 along the tiles for D = 384 on 132 SMs) against
-  // 192 (bf16, 8-row tiles) or 384 (fp32, 4-row) tiles here; lepe_conv ≈ 3 an SM (or, with
-  // NALA_LEPE_TILE_BLOCKS=1, at most 65,535: fewer than the 65,600 one-token samples here).
+  // 192 (bf16, 8-row tiles) or 384 (fp32, 4-row) tiles here; lepe_conv at most 65,535, fewer
+  // than the 65,600 one-token samples here.
   check_cases({{96, 6, 64, 16, 16, 5}, {65600, 1, 4, 1, 1, 7}});
 }
 
