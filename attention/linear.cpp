@@ -52,7 +52,7 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 
 at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   TORCH_CHECK(b.defined(), "linear_op: needs a bias");
-  TORCH_CHECK(x.size(-1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0), "linear_op: input ", x.sizes(), ", weight ", w.sizes(),
+  TORCH_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0), "linear_op: input ", x.sizes(), ", weight ", w.sizes(),
               " and bias ", b.sizes(), " do not fit");
   at::Tensor xc = x, wc = w;
   if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {  // as autocast casts at::linear's inputs

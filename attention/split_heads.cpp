@@ -68,6 +68,7 @@ struct SplitHeadsFn : torch::autograd::Function<SplitHeadsFn> {
     ctx->saved_data["sizes"] = t.sizes().vec();
     ctx->saved_data["dtype"] = int64_t(t.scalar_type());
     ctx->saved_data["repeat"] = repeat;
+    ctx->set_materialize_grads(false);  // an unused part's gradient stays undefined: written as zeros, not read
     tensor_list parts = t.unbind(2);                // P × (B, N, H, d) views
     if (repeat >= 0) parts.push_back(t.select(2, repeat));  // the repeated part's second view
     return parts;
