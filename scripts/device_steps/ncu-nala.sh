@@ -5,7 +5,7 @@
 # launch each after warm-up.
 out=$1
 s="--clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
-   --section MemoryWorkloadAnalysis_Tables --section InstructionStats --section LaunchStats"
+   --section MemoryWorkloadAnalysis_Tables --section InstructionStats --section LaunchStats --section SourceCounters"
 {
   ncu $s --kernel-name regex:"onepass_backward" --launch-skip 2 --launch-count 1 \
     ./build-device/nala bench attention --shapes 256x256 --head-dim 64 --dtype bf16 --reps 3 --no-reference
