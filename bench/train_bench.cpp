@@ -1,9 +1,13 @@
 // `nala bench train`: img/s of one training step (DDPM hybrid loss, AdamW, EMA; bf16 autocast on
 // CUDA) at a given batch on random latents, per model. The PyTorch counterpart for the comparison
-// is scripts/bench_pytorch_train.py (same shapes, bf16 autocast, AdamW), run beside it.
+// is scripts/bench_pytorch_train.py (same shapes, bf16 autocast, AdamW), run beside it. With
+// --cuda-graphs the step is captured once after the warm-up (train/step_graph.h) and the timed steps
+// replay it; both modes are printed, one row each, when --cuda-graphs both.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
+#include <vector>
 
 #include <cxxopts.hpp>
 #include <torch/torch.h>
@@ -12,6 +16,7 @@
 #include "bench/timing.h"
 #include "train/autocast_scope.h"
 #include "train/adamw.h"
+#include "train/step_graph.h"
 #include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
 
@@ -23,6 +28,7 @@ int bench_train(int argc, char** argv) {
       "batch", "batch size", cxxopts::value<int64_t>()->default_value("256"))("image-size", "pixels (latent = /8)", cxxopts::value<int64_t>()->default_value("256"))(
       "steps", "timed steps", cxxopts::value<int>()->default_value("10"))("warmup", "warm-up steps", cxxopts::value<int>()->default_value("3"))(
       "precision", "bf16 or fp32", cxxopts::value<std::string>()->default_value("bf16"))(
+      "cuda-graphs", "off, on or both (a row each): replay the step as a CUDA graph", cxxopts::value<std::string>()->default_value("off"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
   auto a = o.parse(argc, argv);
   int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
@@ -33,13 +39,20 @@ int bench_train(int argc, char** argv) {
   const c10::Device dev(a["device"].as<std::string>());
   const int64_t B = a["batch"].as<int64_t>(), L = a["image-size"].as<int64_t>() / 8;
   const bool bf16 = a["precision"].as<std::string>() == "bf16" && dev.is_cuda();
+  const std::string graphs_arg = a["cuda-graphs"].as<std::string>();
+  std::vector<bool> graph_modes;
+  if (graphs_arg == "off") graph_modes = {false};
+  else if (graphs_arg == "on") graph_modes = {true};
+  else if (graphs_arg == "both") graph_modes = {false, true};
+  else throw std::invalid_argument("nala bench train: --cuda-graphs '" + graphs_arg + "' is not off, on or both");
+  if (graphs_arg != "off" && !dev.is_cuda()) throw std::invalid_argument("nala bench train: --cuda-graphs " + graphs_arg + " needs --device cuda");
   if (dev.is_cuda()) at::globalContext().setAllowTF32CuBLAS(true);  // as DiT's train.py
   std::printf("# nala bench train  device: %s  batch %ld  latents 4x%ldx%ld  %s\n", device_name(dev).c_str(), B, L, L, bf16 ? "bf16 autocast" : "fp32");
   std::printf("| model | params (M) | ms/step | img/s | peak MiB |\n|---|---|---|---|---|\n");
   std::stringstream ss(a["models"].as<std::string>());
   std::string name;
   while (std::getline(ss, name, ',')) {
-    try {
+    for (const bool graphed : graph_modes) try {
       auto cfg = models::model_config(name);
       cfg.input_size = L;
       torch::manual_seed(0);
@@ -69,12 +82,21 @@ int bench_train(int argc, char** argv) {
         train::update_ema(ema->parameters(), model->parameters(), 0.9999);
       };
       reset_peak_memory(dev);
-      Timing t = time_it(step, dev, a["warmup"].as<int>(), a["steps"].as<int>());
-      std::printf("| %s | %.2f | %.1f | %.0f | %.0f |\n", name.c_str(), model->parameter_count() / 1e6, t.median_ms, B / (t.median_ms / 1e3),
+      Timing t;
+      if (graphed) {
+        for (int i = 0; i < std::max(2, a["warmup"].as<int>()); ++i) step();  // lazy initialisation before the capture
+        train::StepGraph graph;
+        graph.capture(step);
+        t = time_it([&] { graph.replay(); }, dev, 1, a["steps"].as<int>());
+      } else {
+        t = time_it(step, dev, a["warmup"].as<int>(), a["steps"].as<int>());
+      }
+      const std::string row = graphed ? name + " (CUDA graph)" : name;
+      std::printf("| %s | %.2f | %.1f | %.0f | %.0f |\n", row.c_str(), model->parameter_count() / 1e6, t.median_ms, B / (t.median_ms / 1e3),
                   peak_memory_mib(dev));
     } catch (const std::exception& e) {
       ++failed_rows;
-      std::printf("| %s | failed: %.80s |\n", name.c_str(), e.what());
+      std::printf("| %s%s | failed: %.80s |\n", name.c_str(), graphed ? " (CUDA graph)" : "", e.what());
     }
     std::fflush(stdout);
   }

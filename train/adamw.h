@@ -26,6 +26,8 @@ class AdamW {
   void step(const at::Tensor& found_inf = {});
   void zero_grad();
   int64_t steps_taken() const { return steps_; }
+  // a replayed CUDA graph of step() (train/step_graph.h) ran on the device without this host code
+  void count_replayed_step() { ++steps_; }
   AdamWOptions& options() { return o_; }
 
   // State as named tensors ("exp_avg.<i>", "exp_avg_sq.<i>", "step") for checkpoints, and back.

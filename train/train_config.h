@@ -36,6 +36,9 @@ struct TrainConfig {
   // after the backward)
   bool overlap_grads = true;
   double bucket_mb = 25;
+  // one process on CUDA: capture the whole step as a CUDA graph after a few eager steps and replay
+  // it (train/step_graph.h)
+  bool cuda_graphs = false;
   int64_t max_nonfinite = 20;           // stop after this many skipped non-finite steps
   double max_minutes = 0;               // stop (and checkpoint) after this long; 0: no limit
   // model options

@@ -2,6 +2,9 @@
 
 #include "train/autocast_scope.h"
 
+#include <stdexcept>
+#include <string>
+
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -39,9 +42,41 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
       transport_(transport_config(cfg)) {
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
+  if (cfg.cuda_graphs) {
+    const auto dev = trainable_.empty() ? c10::Device(c10::kCPU) : trainable_.front().device();
+    if (!dev.is_cuda() || pg)
+      throw std::invalid_argument("--cuda-graphs true needs one process on a CUDA device; this run has " + std::to_string(world_) +
+                                  " process(es) on " + dev.str());
+    if (cfg.ema_warmup) ema_weight_ = at::zeros({}, trainable_.front().options().dtype(at::kFloat));  // ()
+  }
+}
+
+double TrainStep::ema_decay(int64_t step) const {
+  return cfg_.ema_warmup ? std::min(cfg_.ema_decay, (1.0 + double(step)) / (10.0 + double(step))) : cfg_.ema_decay;
 }
 
 StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y) {
+  if (!cfg_.cuda_graphs) return run_eager(step, x, y);
+  if (ema_weight_.defined()) ema_weight_.fill_(1.0 - ema_decay(step));  // read by the EMA update, eager or replayed
+  if (eager_steps_ < kEagerSteps) {
+    ++eager_steps_;
+    return run_eager(step, x, y);
+  }
+  if (!graph_.captured() || x.sizes() != static_x_.sizes() || y.sizes() != static_y_.sizes()) {
+    static_x_ = x.contiguous().clone();  // (B, C, h, w)
+    static_y_ = y.contiguous().clone();  // (B,)
+    // host code of the step runs once here (AdamW counts this step); the device work runs in replay()
+    graph_.capture([&] { static_out_ = run_eager(step, static_x_, static_y_); });
+  } else {
+    static_x_.copy_(x);
+    static_y_.copy_(y);
+    opt_.count_replayed_step();
+  }
+  graph_.replay();
+  return {static_out_.loss.clone(), static_out_.grad_norm.clone()};  // the next replay overwrites the graph's own
+}
+
+StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Tensor& y) {
   // This step's randomness is drawn for the whole global batch and each rank takes its rows (rank,
   // rank + world, ...), the rows of its data shard: N processes compute what one process computes.
   const int64_t G = cfg_.global_batch;
@@ -79,8 +114,14 @@ StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y
   if (cfg_.grad_clip > 0) at::_foreach_mul_(gs, (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0));
   opt_.step(found_inf);  // skipped inside the fused kernel where found_inf is set
   if (!buckets_) opt_.zero_grad();  // the buckets are zeroed by the next prepare()
-  const double decay = cfg_.ema_warmup ? std::min(cfg_.ema_decay, (1.0 + double(step)) / (10.0 + double(step))) : cfg_.ema_decay;
-  update_ema(ema_.parameters(), model_.parameters(), decay);
+  if (ema_weight_.defined()) {  // CUDA graphs with a decay that changes per step: 1 − decay from the device
+    torch::NoGradGuard ng;
+    std::vector<at::Tensor> src, ema = ema_.parameters();
+    for (const auto& p : model_.parameters()) src.push_back(p.detach());
+    at::_foreach_lerp_(ema, src, std::vector<at::Tensor>(ema.size(), ema_weight_));
+  } else {
+    update_ema(ema_.parameters(), model_.parameters(), ema_decay(step));
+  }
   r.loss = at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1}));
   return r;
 }

@@ -16,6 +16,7 @@
 #include "train/adamw.h"
 #include "train/distributed.h"
 #include "train/grad_buckets.h"
+#include "train/step_graph.h"
 #include "train/train_config.h"
 
 namespace nala::train {
@@ -32,11 +33,21 @@ class TrainStep {
   // x (B, C, h, w) model-space batch, y (B,) labels; the caller seeded the step's global RNG.
   // A step whose loss or any gradient is not finite changes no weight (the EMA still decays toward
   // them) and returns a NaN loss, which the trainer counts.
+  // With cfg.cuda_graphs the first kEagerSteps steps run as they are (lazy initialisation: cuBLAS
+  // handles, diffusion tables), the next one is captured as a CUDA graph (train/step_graph.h) and
+  // every later one copies x, y into the graph's input buffers and replays it (a new capture where
+  // the batch shape changes). The results are equal to eager steps' (the same kernels, the same
+  // random draws from the step's seed).
   StepResult run(int64_t step, const at::Tensor& x, const at::Tensor& y);
+  static constexpr int kEagerSteps = 2;
   AdamW& optimizer() { return opt_; }
+  bool graph_captured() const { return graph_.captured(); }
   const GradBuckets* grad_buckets() const { return buckets_.get(); }  // null for one process
 
  private:
+  StepResult run_eager(int64_t step, const at::Tensor& x, const at::Tensor& y);
+  double ema_decay(int64_t step) const;
+
   const TrainConfig& cfg_;
   models::DiT& model_;
   models::DiT& ema_;
@@ -48,6 +59,12 @@ class TrainStep {
   std::unique_ptr<GradBuckets> buckets_;  // data parallel: the gradient all-reduce (overlapped with --overlap-grads)
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
+  // CUDA graphs (cfg.cuda_graphs)
+  StepGraph graph_;
+  int64_t eager_steps_ = 0;
+  at::Tensor static_x_, static_y_;  // the graph's inputs
+  StepResult static_out_;           // its outputs, in its memory pool
+  at::Tensor ema_weight_;           // () float32 1 − decay, filled before each replay (EMA warm-up under graphs)
 };
 
 }  // namespace nala::train

@@ -77,3 +77,16 @@ TEST(TrainStep, NonFiniteGradientSkipsTheStep) {
     EXPECT_FALSE(unchanged(*s.model, before)) << objective << ": a finite step changed nothing";
   }
 }
+
+TEST(TrainStep, CudaGraphsNeedOneProcessOnCuda) {
+  // --cuda-graphs on a CPU model is a named error, not a silent eager run
+  StepSetup s = make("ddpm");
+  s.cfg.cuda_graphs = true;
+  try {
+    train::TrainStep step(s.cfg, *s.model, *s.ema, nullptr, false);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--cuda-graphs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
+  }
+}
