@@ -165,9 +165,10 @@ __device__ __forceinline__ void features_forward(const float* xs, PhiT* phi, con
 // (this lane's 16-byte chunks c = lane + TPT·k of the row, as TileFetch loaded them), written as
 // bf16 into its φ row (F columns, zero pads up to Fp) in 16-byte stores; an invalid token (past
 // the range) gets a zero row. Math as features_forward with the fast intrinsics (bf16 inputs).
+// Returns the token's statistics (token_features_backward takes them).
 template <int D, int FEAT, int TPT, int CPL>
-__device__ __forceinline__ void token_features(const uint4 (&raw)[CPL], bool valid, __nv_bfloat16* row, const NalaKernelParams& P,
-                                               bool query) {
+__device__ __forceinline__ TokenStats token_features(const uint4 (&raw)[CPL], bool valid, __nv_bfloat16* row, const NalaKernelParams& P,
+                                                     bool query) {
   constexpr int CH = D / 8, Fp = (FEAT * D + 15) / 16 * 16;
   const int lane = threadIdx.x % TPT;
   float x[CPL][8];
@@ -208,6 +209,114 @@ __device__ __forceinline__ void token_features(const uint4 (&raw)[CPL], bool val
     }
   });
   for (int c = FEAT * D / 8 + lane; c < Fp / 8; c += TPT) *reinterpret_cast<uint4*>(row + 8 * c) = make_uint4(0, 0, 0, 0);
+  return st;
+}
+
+// The one-pass backward's feature map: one token's ∂L/∂x from ∂L/∂φ (its fp32 row grow: F
+// columns in shared memory) with x still in registers (this lane's 16-byte chunks, as
+// token_features read them) and the statistics token_features returned; ∂L/∂x goes as bf16
+// straight to out_row (D elements, 16-byte stores), nothing when !valid. Math as features_backward
+// with the fast intrinsics, rearranged so one value per element waits for the token's sums:
+//   nala:    dx_j = e_j + x_j·c with e_j = ∂L/∂x̂_j / max(n, ε_n) + direct_j and, for n > ε_n,
+//            c = (gn − Σ x̂·∂L/∂x̂ / n) / n, else c = gn / n (0 at n = 0): features_backward's two
+//            branches with the common factor taken out.
+template <int D, int FEAT, int TPT, int CPL>
+__device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL], bool valid, const TokenStats& st, const float* grow,
+                                                        const NalaKernelParams& P, bool query, __nv_bfloat16* out_row) {
+  constexpr int CH = D / 8;
+  const int lane = threadIdx.x % TPT;
+  float e[CPL][8];
+  float c = 0.f;
+  const auto xval = [&](int k, int u) {  // element 8·(lane + k·TPT) + u of the token, fp32 (0 for an invalid token)
+    const __nv_bfloat162 pr = reinterpret_cast<const __nv_bfloat162*>(&raw[k])[u / 2];
+    return valid && lane + k * TPT < CH ? (u % 2 ? __high2float(pr) : __low2float(pr)) : 0.f;
+  };
+  const auto gval = [&](int k, int u, int part) { return grow[part * D + 8 * (lane + k * TPT) + u]; };
+  if (P.map == KernelMap::Elu || P.map == KernelMap::Relu) {
+#pragma unroll
+    for (int k = 0; k < CPL; ++k)
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (lane + k * TPT >= CH) continue;
+        const float xj = xval(k, u), g = gval(k, u, 0);
+        e[k][u] = P.map == KernelMap::Elu ? g * (xj > 0.f ? 1.f : __expf(xj)) : (xj > 0.f ? g : 0.f);
+      }
+  } else if (P.map == KernelMap::Focused) {
+    const float pw = P.focus_power;
+    float G = 0.f;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k)
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (lane + k * TPT < CH) G += gval(k, u, 0) * pow_pos<true>(fmaxf(xval(k, u), 0.f), pw);
+    G = token_sum<TPT>(G);
+    const bool clamped = !(st.nrp > 1e-12f);
+    const float Dn = clamped ? 1e-12f : st.nrp, s = st.nr / Dn;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k)
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (lane + k * TPT >= CH) continue;
+        const float r = fmaxf(xval(k, u), 0.f);
+        float v = 0.f;
+        if (r > 0.f) {
+          const float rp = pow_pos<true>(r, pw), drp = pw * rp / r;
+          float ds = (st.nr > 0.f ? r / st.nr : 0.f) / Dn;
+          if (!clamped) ds -= st.nr / (Dn * Dn) * (rp * drp / st.nrp);
+          v = gval(k, u, 0) * s * drp + G * ds;
+        }
+        e[k][u] = v;
+      }
+  } else {
+    const bool relu = P.map == KernelMap::NalaRelu;
+    float dot = 0.f, gp = 0.f;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k)
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (lane + k * TPT >= CH) continue;
+        const float xj = xval(k, u), xh = xj * st.inv;
+        const float sg = query ? xh : xj;
+        const float base = fabsf(sg);
+        const float a = query ? pow_pos<true>(base, st.p) : key_pow<true>(base, st.p);
+        const float g0 = gval(k, u, 0), g1 = gval(k, u, 1);
+        float dA, gxh = 0.f;
+        if (relu) {
+          dA = sg > 0.f ? g0 : (sg < 0.f ? g1 : 0.f);
+        } else {
+          const float tt = f_tanh<true>(P.alpha * xh);
+          float sn, cs;
+          sincos_quarter<true>(0.78539816f * tt, &sn, &cs);
+          dA = g0 * cs + g1 * sn;
+          gxh = a * (g1 * cs - g0 * sn) * 0.78539816f * P.alpha * (1.f - tt * tt);
+        }
+        const float dpow = base > 0.f ? dA * st.p * __fdividef(a, base) * (sg > 0.f ? 1.f : -1.f) : 0.f;  // |s|^(p-1)
+        float direct = 0.f;
+        if (query) {
+          gxh += dpow;
+          if (base > 0.f) gp += dA * a * __logf(base);
+        } else {
+          direct = dpow;
+        }
+        dot += xh * gxh;
+        e[k][u] = gxh * st.inv + direct;
+      }
+    dot = token_sum<TPT>(dot);
+    gp = token_sum<TPT>(gp);
+    const float gn = query ? gp * P.lambda * (1.f - st.tn * st.tn) : 0.f;
+    c = st.n > P.eps_norm ? st.inv * (gn - dot * st.inv) : (st.n > 0.f ? gn / st.n : 0.f);
+  }
+  if (!valid) return;
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) {
+    const int ch = lane + k * TPT;
+    if (ch >= CH) continue;
+    uint4 o;
+    __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) ob[u] = __floats2bfloat162_rn(fmaf(xval(k, 2 * u), c, e[k][2 * u]), fmaf(xval(k, 2 * u + 1), c, e[k][2 * u + 1]));
+    *reinterpret_cast<uint4*>(out_row + 8 * ch) = o;
+  }
 }
 
 // nala / nala-relu part of features_backward: g[j] (j < D) becomes ∂L/∂x_j.

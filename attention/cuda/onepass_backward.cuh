@@ -23,7 +23,8 @@ struct OnePassBwd {
   static constexpr int NHB = O::Fp / 16;   // n8 tiles in each half of the F columns
   static constexpr int LDDP = ld_row(O::Fp);  // dφ tile, fp32 (the feature maps' backward input)
   static constexpr int LDSR = ld_bf16(O::NP);  // S or dS' as bf16 rows f
-  static constexpr int XS = 0, PHI = XS + TILE * O::LDX * 4, GS = PHI + TILE * O::LDPH * 2, DPHI = GS + TILE * O::LDV * 2,
+  // no x tile: φ's backward takes x from the registers the tile's fetch filled (token_features_backward)
+  static constexpr int PHI = 0, GS = PHI + TILE * O::LDPH * 2, DPHI = GS + TILE * O::LDV * 2,
                        WORK_END = DPHI + TILE * LDDP * 4;
   static constexpr int SR_HI = ((WORK_END > O::ACC_END ? WORK_END : O::ACC_END) + 15) / 16 * 16;
   static constexpr int SR_LO = SR_HI + O::Fp * LDSR * 2, ZS = SR_LO + (LO ? O::Fp * LDSR * 2 : 0), CPART = ZS + O::Fp * 4,
@@ -83,7 +84,6 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   constexpr int TILE = O::TILE, NHB = L::NHB;
   extern __shared__ float4 smem_f4[];
   char* sm = reinterpret_cast<char*>(smem_f4);
-  float* xs = reinterpret_cast<float*>(sm + L::XS);
   T* phi = reinterpret_cast<T*>(sm + L::PHI);
   T* gs = reinterpret_cast<T*>(sm + L::GS);  // [g | −c] (phase 1), [v | 1] and the dv staging (phase 2)
   float* dphi = reinterpret_cast<float*>(sm + L::DPHI);
@@ -115,7 +115,9 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   const T* gp = static_cast<const T*>(P.grad_o);
   const float* denp = P.den + int64_t(bh) * P.N;
   constexpr int TPT = O::THREADS / TILE;
-  T* phi_row = phi + threadIdx.x / TPT * O::LDPH;  // this thread's token row of the φ tile
+  const int my_t = threadIdx.x / TPT;  // this thread's token of a tile
+  T* phi_row = phi + my_t * O::LDPH;    // its row of the φ tile
+  const float* dphi_row = dphi + my_t * L::LDDP;
   TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
   GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
   fq.fetch(qp, P.q_stride, b, h, begin, end, true);
@@ -125,9 +127,8 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
       fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
       fg_next.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
     }
-    fq.template commit<O::LDX>(xs, true);  // fp32 q for φ_q's backward
     fg.template commit<O::LDV>(gs, dinv);
-    token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
+    const TokenStats stq = token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
     __syncthreads();
     // X = g Sᵀ over this warp's (16 tokens, F/2 features); the column D of g is still zero
     float x[NHB][4] = {};
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     }
     __syncthreads();
     accumulate_state<D, FEAT>(acc, phi, gs);
-    features_backward<T, D, FEAT, O::LDX, L::LDDP, TILE, O::THREADS, true>(xs, dphi, P, true, static_cast<T*>(P.dq), bh, t0, end);
+    token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, static_cast<T*>(P.dq) + (int64_t(bh) * P.N + t0 + my_t) * D);
     __syncthreads();
     fq = fq_next;
     fg = fg_next;
@@ -201,9 +202,8 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
       fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
       fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
     }
-    fk.template commit<O::LDX>(xs, true);  // fp32 k for φ_k's backward
     fv.template commit<O::LDV>(gs);
-    token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
+    const TokenStats stk = token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
     __syncthreads();
     float dv[O::NH][4] = {}, dp[NHB][4] = {};
 #pragma unroll
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
     __syncthreads();
     copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
-    features_backward<T, D, FEAT, O::LDX, L::LDDP, TILE, O::THREADS, true>(xs, dphi, P, false, static_cast<T*>(P.dk), bh, t0, end);
+    token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, static_cast<T*>(P.dk) + (int64_t(bh) * P.N + t0 + my_t) * D);
     __syncthreads();
     fk = fk_next;
     fv = fv_next;
