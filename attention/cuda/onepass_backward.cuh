@@ -34,16 +34,18 @@ struct OnePassBwd {
 
 // A token tile of grad_o as bf16 rows g = do / den (NP columns, zero from D on; rows past the end
 // zero), with 1/den per token kept in dinv: fetch() into registers, commit() into the tile.
+// fetch() only issues loads (den's reciprocal waits for commit(): nothing stalls on a load there).
 template <int D, int NP, int TILE, int THREADS>
 struct GradTile {
   static constexpr int TPT = THREADS / TILE, CH = D / 8, CPL = (CH + TPT - 1) / TPT;
   uint4 raw[CPL];
-  float inv_den = 0.f;
+  float den_v = 0.f;  // den of the token
+  bool valid = false;  // the token is before the end
   __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, const float* den, int b, int h, int t0, int n_end) {
     const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT, n = t0 + t;
-    inv_den = 0.f;
-    if (n >= n_end) return;
-    inv_den = 1.f / den[n];
+    valid = n < n_end;
+    if (!valid) return;
+    den_v = den[n];
     const __nv_bfloat16* src = base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
@@ -54,13 +56,14 @@ struct GradTile {
   template <int LD>
   __device__ void commit(__nv_bfloat16* gs, float* dinv) const {
     const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
+    const float inv_den = valid ? 1.f / den_v : 0.f;
     __nv_bfloat16* row = gs + t * LD;
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
       const int c = lane + k * TPT;
       if (c >= CH) continue;
       uint4 out = make_uint4(0, 0, 0, 0);
-      if (inv_den != 0.f) {
+      if (valid) {
         const __nv_bfloat162* in = reinterpret_cast<const __nv_bfloat162*>(&raw[k]);
         __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
@@ -99,29 +102,41 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
 
-  // ---- S (rows f, columns d; column D and the pads zero) and z from the forward
-  for (int i = threadIdx.x; i < O::Fp * O::NP; i += O::THREADS) {
-    const int f = i / O::NP, n = i % O::NP;
-    const float x = n < D ? P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] : 0.f;
-    const T hi = __float2bfloat16_rn(x);
-    sr_hi[f * L::LDSR + n] = hi;
-    if (LO) sr_lo[f * L::LDSR + n] = __float2bfloat16_rn(x - __bfloat162float(hi));
+  // the first q, grad_o tile's loads fly while S is read
+  const T* qp = static_cast<const T*>(P.q);
+  const T* gp = static_cast<const T*>(P.grad_o);
+  const float* denp = P.den + int64_t(bh) * P.N;
+  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
+  GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
+  fq.fetch(qp, P.q_stride, b, h, begin, end, true);
+  fg.fetch(gp, P.go_stride, denp, b, h, begin, end);
+
+  // ---- S (rows f, columns d; column D and the pads zero) and z from the forward, 4 columns a
+  // thread (D % 8 == 0: a quad is all data or all pad)
+  constexpr int Q = O::NP / 4;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
+    const int f = i / Q, n0 = i % Q * 4;
+    const float4 x = n0 < D ? *reinterpret_cast<const float4*>(P.S + (int64_t(bh) * O::Fp + f) * O::Dp + n0) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const __nv_bfloat162 h01 = __floats2bfloat162_rn(x.x, x.y), h23 = __floats2bfloat162_rn(x.z, x.w);
+    __nv_bfloat162* hi = reinterpret_cast<__nv_bfloat162*>(sr_hi + f * L::LDSR + n0);
+    hi[0] = h01;
+    hi[1] = h23;
+    if (LO) {
+      const float2 r01 = __bfloat1622float2(h01), r23 = __bfloat1622float2(h23);
+      __nv_bfloat162* lo = reinterpret_cast<__nv_bfloat162*>(sr_lo + f * L::LDSR + n0);
+      lo[0] = __floats2bfloat162_rn(x.x - r01.x, x.y - r01.y);
+      lo[1] = __floats2bfloat162_rn(x.z - r23.x, x.w - r23.y);
+    }
   }
   for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
 
   // ---- phase 1: dq, and dS' = Σ φ_qᵀ [g | −c] over this rank's tokens
   float acc[O::UPW][O::NH][4] = {};
-  const T* qp = static_cast<const T*>(P.q);
-  const T* gp = static_cast<const T*>(P.grad_o);
-  const float* denp = P.den + int64_t(bh) * P.N;
   constexpr int TPT = O::THREADS / TILE;
   const int my_t = threadIdx.x / TPT;  // this thread's token of a tile
   T* phi_row = phi + my_t * O::LDPH;    // its row of the φ tile
   const float* dphi_row = dphi + my_t * L::LDDP;
-  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
-  GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
-  fq.fetch(qp, P.q_stride, b, h, begin, end, true);
-  fg.fetch(gp, P.go_stride, denp, b, h, begin, end);
   for (int t0 = begin; t0 < end; t0 += TILE) {
     if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
       fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
@@ -188,15 +203,16 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     fg = fg_next;
   }
   store_partial<D, FEAT>(acc, accs);
-  reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
-
-  // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
+  // the first k, v tile's loads fly through the reduce
   const T* kp = static_cast<const T*>(P.k);
   const T* vp = static_cast<const T*>(P.v);
   TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
   VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
   fk.fetch(kp, P.k_stride, b, h, begin, end, true);
   fv.fetch(vp, P.v_stride, b, h, begin, end);
+  reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
+
+  // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
   for (int t0 = begin; t0 < end; t0 += TILE) {
     if (t0 + TILE < end) {
       fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);

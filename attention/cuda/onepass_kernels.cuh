@@ -242,15 +242,15 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     fv = fv_next;
   }
   store_partial<D, FEAT>(acc, accs);
+  const T* qp = static_cast<const T*>(P.q);
+  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
+  fq.fetch(qp, P.q_stride, b, h, begin, end, true);  // the first q tile's loads fly through the reduce
   reduce_state<D, FEAT, true>(accs, st_hi, st_lo, O::LDPH, P.inv_n, P, bh, rank, ranks, P.S != nullptr);
 
   // ---- phase 2: o = φ_q S / (φ_q z + ε) for this rank's tokens
   const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
   constexpr int DEN_HALF = D / (O::NH * 8), DEN_TILE = D % (O::NH * 8) / 8, DEN_COL = D % 8;
   const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  const T* qp = static_cast<const T*>(P.q);
-  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
-  fq.fetch(qp, P.q_stride, b, h, begin, end, true);
   for (int t0 = begin; t0 < end; t0 += TILE) {
     if (t0 + TILE < end) fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
     token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
