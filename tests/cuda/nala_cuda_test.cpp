@@ -213,7 +213,7 @@ TEST_F(NalaCudaOnePass, BackwardRepeatsAndTakesEitherForwardsState) {
 
 TEST_F(NalaCudaOnePass, BackwardWithBf16State) {
   // the variant that holds S and dS' in bf16 alone (NALA_ONEPASS_BWD_STATE=bf16; the automatic
-  // choice at d = 64 and 72) must meet the same gradient tolerances as the hi + lo pairs
+  // choice at d = 72) must meet the same gradient tolerances as the hi + lo pairs
   set_nala_onepass_backward_state(OnePassBackwardState::Bf16);
   for (Case c : {Case{3, 1, 97, 64}, Case{1, 3, 1025, 72}, Case{2, 3, 257, 64}, Case{1, 2, 4099, 64}}) compare(FeatureMap::Nala, at::kBFloat16, c);
   for (auto map : {FeatureMap::NalaRelu, FeatureMap::Elu, FeatureMap::Relu, FeatureMap::Focused}) compare(map, at::kBFloat16, Case{2, 3, 97, 64});
