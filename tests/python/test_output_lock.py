@@ -63,13 +63,15 @@ def test_sigkilled_holder_leaves_no_stale_lock(tmp):
     a = start(*TRAIN, "--steps", "100000", "--out", tmp / "r")
     wait_for_holder(tmp / "r" / ".nala.lock", a)
     ck = tmp / "r" / "checkpoints"
+    # committed checkpoints only: a writer mid-write has NNNNNNN.tmp.PID (state.json included) beside them
+    committed = lambda: [int(c.name) for c in ck.iterdir() if c.name.isdigit() and (c / "state.json").exists()] if ck.exists() else []
     t0 = time.time()
-    while not (ck.exists() and any((c / "state.json").exists() for c in ck.iterdir())):
+    while not committed():
         assert time.time() - t0 < 300 and a.poll() is None
         time.sleep(0.1)
     a.send_signal(signal.SIGKILL)
     a.wait()
-    done = max(int(c.name) for c in ck.iterdir() if (c / "state.json").exists())
+    done = max(committed())
     # what a writer killed mid-write leaves behind: removed by the next holder of the lock
     (ck / "0099999.tmp.999999").mkdir()
     (ck / f"{done:07d}.old.999999").mkdir()
