@@ -3,6 +3,7 @@
 // on them). The pytorch-fid counterpart is scripts/bench_pytorch_inception.py.
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include <cxxopts.hpp>
 #include <torch/torch.h>
@@ -38,9 +39,26 @@ int bench_eval(int argc, char** argv) {
     net->to(dev);
     const int64_t B = a["batch"].as<int64_t>();
     at::Tensor imgs = at::randint(0, 256, {B, 256, 256, 3}, at::TensorOptions().dtype(at::kByte)).to(dev);
-    reset_peak_memory(dev);
-    Timing t = time_it([&] { net->forward_uint8(imgs); }, dev, 2, reps);
-    std::printf("| Inception features (256 px uint8 -> 299, fp32+TF32) | %ld | %.1f | %.0f | %.0f |\n", B, t.median_ms, B / (t.median_ms / 1e3), peak_memory_mib(dev));
+    // the forward's settings (metrics/inception.h InceptionSpeed), the default last
+    struct Variant {
+      const char* name;
+      metrics::InceptionSpeed s;
+    };
+    std::vector<Variant> variants = {{"BN layers, NCHW", {false, false, false, false}},
+                                     {"BN folded, NCHW", {true, false, false, false}},
+                                     {"BN folded, NHWC", {true, true, false, false}},
+                                     {"BN folded, NHWC, cuDNN benchmark", {true, true, false, true}},
+                                     {"BN folded, NHWC, cuDNN benchmark, fused conv+ReLU", {true, true, true, true}}};
+    if (!dev.is_cuda()) variants = {{"BN layers", {false, false, false, false}}, {"BN folded", {true, false, false, false}}};
+    variants.push_back({"default", metrics::InceptionSpeed{}});
+    for (auto& v : variants) {
+      net->speed = v.s;
+      reset_peak_memory(dev);
+      Timing t = time_it([&] { net->forward_uint8(imgs); }, dev, 2, reps);
+      std::printf("| Inception features (256 px uint8 -> 299, fp32+TF32), %s | %ld | %.1f | %.0f | %.0f |\n", v.name, B, t.median_ms,
+                  B / (t.median_ms / 1e3), peak_memory_mib(dev));
+      std::fflush(stdout);
+    }
   }
   for (auto dt : {at::kBFloat16, at::kFloat}) {
     auto vae = std::make_shared<models::AutoencoderKL>();

@@ -11,10 +11,16 @@ namespace {
 
 using torch::nn::Conv2dOptions;
 
-// Conv (no bias) -> BatchNorm (eps 1e-3) -> ReLU, with torchvision's names conv / bn.
+// Conv (no bias) -> BatchNorm (eps 1e-3) -> ReLU, with torchvision's names conv / bn. In eval mode
+// with speed.fold_bn the BatchNorm is folded into the conv (inference BN is affine per channel):
+// w' = w·γ/√(σ²+ε), b' = β − μ·γ/√(σ²+ε), refolded when a weight changes (version counters),
+// moves device or changes dtype.
 struct BasicConv : torch::nn::Module {
   torch::nn::Conv2d conv{nullptr};
   torch::nn::BatchNorm2d bn{nullptr};
+  const InceptionSpeed* speed = nullptr;  // the owning FidInception's; null: the unfused layers
+  at::Tensor w_fold, b_fold;              // (out, in, kh, kw), (out)
+  std::vector<int64_t> fold_key;
   BasicConv(int64_t in, int64_t out, std::vector<int64_t> k, std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> pad = {0, 0}) {
     conv = register_module("conv", torch::nn::Conv2d(Conv2dOptions(in, out, torch::ExpandingArray<2>({k[0], k.size() > 1 ? k[1] : k[0]}))
                                                          .stride(torch::ExpandingArray<2>({stride[0], stride.size() > 1 ? stride[1] : stride[0]}))
@@ -22,7 +28,28 @@ struct BasicConv : torch::nn::Module {
                                                          .bias(false)));
     bn = register_module("bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).eps(0.001)));
   }
-  at::Tensor forward(const at::Tensor& x) { return at::relu(bn->forward(conv->forward(x))); }
+  void fold(bool channels_last) {
+    const at::Tensor& w = conv->weight;
+    std::vector<int64_t> key = {int64_t(w._version()), int64_t(bn->weight._version()), int64_t(bn->bias._version()),
+                                int64_t(bn->running_mean._version()), int64_t(bn->running_var._version()),
+                                int64_t(reinterpret_cast<intptr_t>(w.data_ptr())), int64_t(w.scalar_type()), channels_last};
+    if (w_fold.defined() && key == fold_key) return;
+    at::Tensor inv = bn->weight / at::sqrt(bn->running_var + bn->options.eps());                        // (out) γ/√(σ²+ε)
+    w_fold = w * inv.view({-1, 1, 1, 1});                                                                 // (out, in, kh, kw)
+    if (channels_last) w_fold = w_fold.contiguous(at::MemoryFormat::ChannelsLast);
+    b_fold = bn->bias - bn->running_mean * inv;                                                           // (out)
+    fold_key = std::move(key);
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    if (is_training() || !speed || !speed->fold_bn) return at::relu(bn->forward(conv->forward(x)));
+    torch::NoGradGuard ng;
+    fold(x.is_cuda() && speed->channels_last);
+    const auto& o = conv->options;
+    if (x.is_cuda() && speed->fused_relu)
+      return at::cudnn_convolution_relu(x, w_fold, b_fold, o.stride(), std::get<torch::ExpandingArray<2>>(o.padding()), o.dilation(), 1);
+    at::Tensor y = at::conv2d(x, w_fold, b_fold, o.stride(), std::get<torch::ExpandingArray<2>>(o.padding()));  // (N, out, h, w)
+    return y.relu_();
+  }
 };
 using BC = std::shared_ptr<BasicConv>;
 BC bc(int64_t in, int64_t out, std::vector<int64_t> k, std::vector<int64_t> s = {1}, std::vector<int64_t> p = {0}) {
@@ -153,6 +180,8 @@ FidInception::FidInception() : impl(std::make_shared<Impl>()) {
   m.m7b = register_module("Mixed_7b", std::make_shared<InceptionE>(1280, false));
   m.m7c = register_module("Mixed_7c", std::make_shared<InceptionE>(2048, true));
   m.fc = register_module("fc", torch::nn::Linear(2048, 1008));
+  for (auto& mod : modules(false))
+    if (auto* c = dynamic_cast<BasicConv*>(mod.get())) c->speed = &speed;
   eval();
 }
 
@@ -182,7 +211,15 @@ at::Tensor tf1_resize_bilinear(const at::Tensor& x, int64_t oh, int64_t ow) {
 InceptionFeatures FidInception::forward_normalised(const at::Tensor& x_in) {
   torch::NoGradGuard ng;
   auto& m = *impl;
-  at::Tensor x = m.c2b->forward(m.c2a->forward(m.c1a->forward(x_in)));
+  const bool cl = x_in.is_cuda() && speed.channels_last;
+  // cuDNN's algorithm search for these shapes, restored afterwards (it is process-wide)
+  struct BenchmarkGuard {
+    bool prev = at::globalContext().benchmarkCuDNN();
+    explicit BenchmarkGuard(bool on) { at::globalContext().setBenchmarkCuDNN(on); }
+    ~BenchmarkGuard() { at::globalContext().setBenchmarkCuDNN(prev); }
+  } bench_guard(x_in.is_cuda() ? speed.cudnn_benchmark : at::globalContext().benchmarkCuDNN());
+  at::Tensor x = cl ? x_in.contiguous(at::MemoryFormat::ChannelsLast) : x_in;  // (N, 3, 299, 299)
+  x = m.c2b->forward(m.c2a->forward(m.c1a->forward(x)));
   x = at::max_pool2d(x, {3, 3}, {2, 2});
   x = m.c4a->forward(m.c3b->forward(x));
   x = at::max_pool2d(x, {3, 3}, {2, 2});

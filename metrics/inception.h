@@ -23,9 +23,21 @@ struct InceptionFeatures {
   at::Tensor logits;   // (N, 1008) float32, without the fc bias
 };
 
+// How the eval-mode forward runs; every setting gives the same features to float rounding
+// (tests/python/test_metrics.py against pytorch-fid on the CPU; tests/cuda/inception_test.cpp every
+// setting on the GPU). The CUDA-only switches stay off until `nala bench eval` has measured them on
+// the H200 (docs/benchmarks.md, "Evaluation and VAE").
+struct InceptionSpeed {
+  bool fold_bn = true;           // BatchNorm folded into the conv weights and a bias
+  bool channels_last = false;    // CUDA: NHWC activations and weights (cuDNN's tensor-core layout)
+  bool fused_relu = false;       // CUDA: cuDNN's fused conv + bias + ReLU (needs fold_bn)
+  bool cudnn_benchmark = false;  // CUDA: cuDNN's algorithm search per shape during the forward
+};
+
 class FidInception : public torch::nn::Module {
  public:
   FidInception();
+  InceptionSpeed speed;
   // images: (N, H, W, 3) uint8 (any size; resized to 299 inside)
   InceptionFeatures forward_uint8(const at::Tensor& images);
   // x: (N, 3, 299, 299) already normalised to [−1, 1)

@@ -1,0 +1,70 @@
+// The FID Inception's CUDA forward under every speed setting (metrics/inception.h InceptionSpeed:
+// BatchNorm folded into the convs, NHWC, cuDNN's algorithm search, cuDNN's fused conv + ReLU)
+// against the unfused BatchNorm layers in float64 on the CPU: random weights and random
+// per-channel BatchNorm statistics and affines, so that the fold is exercised; TF32 off, so the
+// only differences are float32 rounding and the choice of convolution algorithm.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "metrics/inception.h"
+#include "cuda_test_util.h"
+
+using namespace nala;
+
+TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
+  if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+  torch::manual_seed(0);
+  auto net = std::make_shared<metrics::FidInception>();
+  {
+    torch::NoGradGuard ng;
+    for (auto& item : net->named_buffers()) {
+      at::Tensor& t = item.value();
+      if (item.key().find("running_mean") != std::string::npos) t.copy_(at::randn_like(t) * 0.1);
+      else if (item.key().find("running_var") != std::string::npos) t.copy_(at::rand_like(t) + 0.5);
+    }
+    for (auto& item : net->named_parameters()) {
+      at::Tensor& t = item.value();
+      if (item.key().find(".bn.weight") != std::string::npos) t.copy_(at::rand_like(t) + 0.5);
+      else if (item.key().find(".bn.bias") != std::string::npos) t.copy_(at::randn_like(t) * 0.1);
+    }
+  }
+  at::Tensor images = at::randint(0, 256, {3, 64, 64, 3}, at::TensorOptions().dtype(at::kByte));  // (N, H, W, 3)
+  net->to(at::kDouble);
+  net->speed = {false, false, false, false};
+  metrics::InceptionFeatures ref = net->forward_uint8(images);  // float64 CPU, the BatchNorm layers
+  net->to(at::kCUDA, at::kFloat);
+  const bool tf32_cudnn = at::globalContext().allowTF32CuDNN(), tf32_cublas = at::globalContext().allowTF32CuBLAS();
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  for (metrics::InceptionSpeed s : {metrics::InceptionSpeed{false, false, false, false}, metrics::InceptionSpeed{true, false, false, false},
+                                    metrics::InceptionSpeed{true, true, false, false}, metrics::InceptionSpeed{true, true, false, true},
+                                    metrics::InceptionSpeed{true, true, true, true}, metrics::InceptionSpeed{}}) {
+    net->speed = s;
+    for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the folded weights
+      metrics::InceptionFeatures f = net->forward_uint8(images.to(at::kCUDA));
+      const double e_pool = test::rel(f.pool, ref.pool), e_sp = test::rel(f.spatial, ref.spatial), e_log = test::rel(f.logits, ref.logits);
+      std::printf("fold %d NHWC %d fused %d benchmark %d rep %d: rel error pool %.2e spatial %.2e logits %.2e\n", s.fold_bn, s.channels_last,
+                  s.fused_relu, s.cudnn_benchmark, rep, e_pool, e_sp, e_log);
+      EXPECT_LT(e_pool, 1e-4);
+      EXPECT_LT(e_sp, 1e-4);
+      EXPECT_LT(e_log, 1e-4);
+      EXPECT_EQ(f.pool.scalar_type(), at::kFloat);
+    }
+  }
+  // a weight changed after the fold is seen by the next forward
+  {
+    torch::NoGradGuard ng;
+    for (auto& item : net->named_parameters())
+      if (item.key() == "Conv2d_1a_3x3.conv.weight") item.value().mul_(0.5);
+  }
+  net->speed = metrics::InceptionSpeed{};
+  at::Tensor changed = net->forward_uint8(images.to(at::kCUDA)).pool;
+  net->to(at::kCPU, at::kDouble);
+  net->speed = {false, false, false, false};
+  EXPECT_LT(test::rel(changed, net->forward_uint8(images).pool), 1e-4);
+  at::globalContext().setAllowTF32CuDNN(tf32_cudnn);
+  at::globalContext().setAllowTF32CuBLAS(tf32_cublas);
+}
