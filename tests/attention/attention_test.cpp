@@ -131,6 +131,37 @@ TEST(NalaAttention, FastCpuPathEqualsReferenceOnAwkwardSizes) {
     }
 }
 
+TEST(NalaAttention, ZeroTokensTakeTheEpsilonBranch) {
+  // tokens whose q or k is exactly zero (‖x‖ ≤ ε_n: x̂ = x / ε_n, docs/nala_attention.md §1): the
+  // fast CPU path and its hand-written backward against autograd through the reference, float64;
+  // everything finite
+  at::manual_seed(12);
+  for (auto f : kAllMaps) {
+    const NalaOptions o = options_for(f);
+    auto [q, k, v] = strided_qkv(1, 2, 9, 8, at::kDouble);
+    at::Tensor qz = q.clone(), kz = k.clone();  // (B, H, N, d)
+    qz.select(2, 0).zero_();
+    qz.select(2, 4).zero_();
+    kz.select(2, 4).zero_();
+    kz.select(2, 8).zero_();
+    at::Tensor gout = at::randn({1, 2, 9, 8}, at::kDouble);
+    std::vector<at::Tensor> a = {qz.detach().requires_grad_(), kz.detach().requires_grad_(), v.detach().requires_grad_()};
+    std::vector<at::Tensor> b = {qz.detach().requires_grad_(), kz.detach().requires_grad_(), v.detach().requires_grad_()};
+    at::Tensor oa = nala_attention(a[0], a[1], a[2], o);
+    at::Tensor ob = nala_attention_reference(b[0], b[1], b[2], o);
+    (oa * gout).sum().backward();
+    (ob * gout).sum().backward();
+    EXPECT_TRUE(at::isfinite(ob).all().item<bool>()) << feature_map_name(f);
+    EXPECT_LT(rel_err(oa, ob), 1e-10) << feature_map_name(f);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(at::isfinite(a[size_t(i)].grad()).all().item<bool>()) << feature_map_name(f) << " d" << "qkv"[i];
+      const double e = rel_err(a[size_t(i)].grad(), b[size_t(i)].grad());
+      std::printf("%-10s zero tokens d%c relative error %.2e\n", feature_map_name(f).c_str(), "qkv"[i], e);
+      EXPECT_LT(e, 1e-10) << feature_map_name(f) << " d" << "qkv"[i];
+    }
+  }
+}
+
 TEST(NalaAttention, LowPrecisionInputsComputeInFp32) {
   at::manual_seed(6);
   for (auto dt : {at::kBFloat16, at::kHalf}) {

@@ -42,11 +42,17 @@ struct Case {
   int64_t B, H, N, d;
 };
 
-void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0) {
+// zero_tokens: q of tokens 0 and N/2 and k of tokens N/2 and N − 1 exactly zero (‖x‖ ≤ ε_n, the
+// x̂ = x/ε_n branch of docs/nala_attention.md §1)
+void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0, bool zero_tokens = false) {
   NalaOptions opt;
   opt.feature_map = map;
   opt.alpha = alpha;
   at::Tensor base = at::randn({c.B, c.N, 4, c.H, c.d}, at::kFloat);           // (B, N, 4, H, d)
+  if (zero_tokens) {
+    for (int64_t n : {int64_t(0), c.N / 2}) base.select(1, n).select(1, 0).zero_();   // q
+    for (int64_t n : {c.N / 2, c.N - 1}) base.select(1, n).select(1, 1).zero_();      // k
+  }
   at::Tensor gout = at::randn({c.B, c.H, c.N, c.d}, at::kFloat);             // (B, H, N, d)
   auto ref_fn = [&](auto& q, auto& k, auto& v) { return nala_attention_reference(q, k, v, opt); };
   auto our_fn = [&](auto& q, auto& k, auto& v) { return nala_attention(q, k, v, opt); };
@@ -114,6 +120,15 @@ TEST_F(NalaCuda, EveryFeatureMap) {
   compare(FeatureMap::Nala, at::kBFloat16, Case{2, 3, 97, 64}, 20.0);
 }
 
+TEST_F(NalaCuda, ZeroTokens) {  // the chunked kernels (NalaCudaOnePass.ZeroTokens: the one-pass ones)
+  set_nala_cuda_kernel(NalaCudaKernel::Chunked);
+  for (auto map : {FeatureMap::Nala, FeatureMap::NalaRelu, FeatureMap::Elu, FeatureMap::Relu, FeatureMap::Focused}) {
+    compare(map, at::kFloat, Case{2, 3, 97, 64}, 1.0, true);
+    compare(map, at::kBFloat16, Case{1, 2, 300, 72}, 1.0, true);
+  }
+  set_nala_cuda_kernel(NalaCudaKernel::Auto);
+}
+
 TEST_F(NalaCuda, LongSequenceSplitAcrossBlocks) {
   // many chunks per (batch, head): exercises the partial sums and their reduction
   compare(FeatureMap::Nala, at::kBFloat16, Case{1, 2, 16385, 64});
@@ -167,6 +182,11 @@ TEST_F(NalaCudaOnePass, EveryFeatureMap) {
     compare(map, at::kBFloat16, Case{1, 2, 300, 72});
   }
   compare(FeatureMap::Nala, at::kBFloat16, Case{2, 3, 97, 64}, 20.0);
+}
+
+TEST_F(NalaCudaOnePass, ZeroTokens) {
+  for (auto map : {FeatureMap::Nala, FeatureMap::NalaRelu, FeatureMap::Elu, FeatureMap::Relu, FeatureMap::Focused})
+    for (Case c : {Case{2, 3, 97, 64}, Case{1, 2, 300, 72}}) compare(map, at::kBFloat16, c, 1.0, true);
 }
 
 TEST_F(NalaCudaOnePass, InferenceForwardEqualsTrainingForwardAndRepeats) {
