@@ -76,8 +76,16 @@ int run_sample(int argc, char** argv) {
   auto a = o.parse(argc, argv);
   if (a.count("help") || !a.count("ckpt")) {
     std::cout << o.help() << "\nSamplers (--sampler):\n" << samplers::sampler_help() << "\n";
+    if (!a.count("help")) std::cerr << "error: nala sample needs --ckpt (a .safetensors file, an official .pt, or a nala run's checkpoint folder)\n";
     return a.count("help") ? 0 : 2;
   }
+  // output arguments checked before the model is loaded and sampled
+  const int64_t n = a["num-samples"].as<int64_t>();
+  if (n < 0) throw std::runtime_error("--num-samples must be positive, got " + std::to_string(n));
+  if (n == 0 && a.count("npz")) throw std::runtime_error("--npz needs --num-samples N (how many samples to write)");
+  if (n == 0) io::check_parent_dir(a["out"].as<std::string>(), "--out");
+  if (a.count("save-latents")) io::check_parent_dir(a["save-latents"].as<std::string>(), "--save-latents");
+  if (a["batch-size"].as<int64_t>() <= 0) throw std::runtime_error("--batch-size must be positive, got " + std::to_string(a["batch-size"].as<int64_t>()));
   const c10::Device dev = pick_device(a["device"].as<std::string>());
   const auto dtype = parse_dtype(a.count("dtype") ? a["dtype"].as<std::string>() : dev.is_cuda() ? "bf16" : "fp32");
   auto ae_probe = a["vae"].as<std::string>();
@@ -149,7 +157,6 @@ int run_sample(int argc, char** argv) {
   std::cerr << "nala sample: " << mc.name << " on " << dev << " (" << c10::toString(dtype) << "), " << so.sampler << " " << so.steps
             << " steps, cfg " << so.cfg_scale << (so.cfg_scale > 1 ? (so.cfg_channels < 0 ? " (all channels)" : " (" + std::to_string(so.cfg_channels) + " channels)") : "") << "\n";
 
-  const int64_t n = a["num-samples"].as<int64_t>();
   if (n > 0) {
     // ---- FID mode ----
     if (!a.count("npz")) throw std::runtime_error("--num-samples needs --npz OUT.npz");

@@ -49,6 +49,15 @@ void fsync_parent_dir(const std::string& path) {
   fsync_path(dir.empty() ? "." : dir);
 }
 
+void check_parent_dir(const std::string& path, const std::string& option) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) return;  // the working directory
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw std::runtime_error(option + " '" + path + "': the folder '" + dir + "' " +
+                             (std::filesystem::exists(dir, ec) ? "is not a folder" : "does not exist"));
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = temp_name(path);
   try {

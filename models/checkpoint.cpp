@@ -85,6 +85,7 @@ std::string latest_checkpoint(const std::string& run_dir) {
 
 std::shared_ptr<DiT> load_model(const std::string& name, const std::string& ckpt_in, const ModelOverrides& o, const std::string& prefer,
                                 std::map<std::string, std::string>* metadata, std::string* resolved_path) {
+  if (prefer != "ema" && prefer != "model") throw std::runtime_error("--weights must be ema or model, got '" + prefer + "'");
   std::string ckpt = ckpt_in;
   if (std::filesystem::is_directory(ckpt + "/checkpoints")) {  // a run directory: its latest complete checkpoint
     const std::string latest = latest_checkpoint(ckpt);

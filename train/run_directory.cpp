@@ -44,8 +44,8 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer) {
-  if (!writer) return;  // rank 0 checks and writes; the others may not even see the directory
+void check_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer) {
+  if (!writer) return;
   const std::string cfg_path = out_dir + "/config.json";
   if (io::file_exists(cfg_path)) {
     const TrainConfig saved = train_config_from_json(io::read_file(cfg_path), cfg_path);
@@ -57,6 +57,12 @@ void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool
                                "\nresume with the same flags, or use a new --out");
     }
   }
+}
+
+void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer) {
+  if (!writer) return;  // rank 0 checks and writes; the others may not even see the directory
+  check_run_directory(out_dir, cfg, writer);
+  const std::string cfg_path = out_dir + "/config.json";
   remove_stale_temporaries(out_dir);
   io::make_dirs(out_dir + "/checkpoints");
   io::make_dirs(out_dir + "/samples");

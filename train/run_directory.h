@@ -30,8 +30,11 @@ using models::CheckpointRef;
 using models::latest_checkpoint;
 using models::list_checkpoints;
 
-// Rank 0 (writer): a new run writes config.json; a resumed one must agree with it in every field
-// that may not change on resume, else an error lists the differences. Other ranks: nothing.
+// Rank 0 (writer): throws when out_dir/config.json records a run that disagrees with cfg in a
+// field that may not change on resume (the error lists the differences); writes nothing.
+void check_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer);
+// Rank 0 (writer): check_run_directory, then a new run writes config.json (a resumed one rewrites
+// its equal fields). Other ranks: nothing.
 void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer);
 
 // Writes checkpoints/<step> atomically (temporary directory, fsynced, then renamed into place; a

@@ -75,8 +75,11 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   // holds the lock for a data-parallel job)
   std::optional<io::OutputLock> lock;
   if (main_rank) lock.emplace(out_dir, "run directory " + out_dir);
-  open_run_directory(out_dir, cfg, main_rank);
+  // a conflicting run, a data set that cannot be opened or a model that cannot be built is refused
+  // before the run directory records this configuration (config.json would bind every later resume)
+  check_run_directory(out_dir, cfg, main_rank);
   const ModelSetup setup = setup_model(cfg, device);
+  open_run_directory(out_dir, cfg, main_rank);
   const models::ModelConfig& mc = setup.model;
   diffusion::ObjectiveSettings objective;  // recorded in every checkpoint
   objective.objective = cfg.objective;

@@ -76,3 +76,13 @@ def test_bad_inputs(tmp, ckpt):
     assert p.returncode != 0 and "needs a flow-matching model" in p.stderr
     p = run("nala", "sample", "--ckpt", ckpt, "--classes", "3,12", "--device", "cpu", check=False)
     assert p.returncode != 0 and "label 12 outside 0..9" in p.stderr
+    # output and selection arguments are refused before the model is loaded and sampled
+    for flags, needle in [(["--num-samples", "-3", "--npz", tmp / "n.npz"], "--num-samples must be positive, got -3"),
+                          (["--npz", tmp / "n.npz"], "--npz needs --num-samples"),
+                          (["--out", tmp / "no" / "such" / "g.png"], f"the folder '{tmp / 'no' / 'such'}' does not exist"),
+                          (["--weights", "emma"], "--weights must be ema or model, got 'emma'")]:
+        p = run("nala", "sample", "--ckpt", ckpt, "--steps", "2", "--device", "cpu", *flags, check=False)
+        assert p.returncode != 0 and needle in p.stderr and "sample [" not in p.stderr, p.stderr
+    assert not (tmp / "n.npz").exists() and not (tmp / "no").exists()
+    p = run("nala", "sample", "--model", "DiT-S/2", "--device", "cpu", check=False)
+    assert p.returncode == 2 and "nala sample needs --ckpt" in p.stderr

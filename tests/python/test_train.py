@@ -110,6 +110,15 @@ def test_invalid_config_values(tmp, flags, needle):
     assert p.returncode != 0 and needle in p.stderr, p.stderr
 
 
+def test_a_bad_data_set_does_not_bind_the_run_directory(tmp):
+    # a typo in --data fails before config.json is written, so the corrected command may use the same --out
+    p = run("nala", "train", *FAST, "--steps", "2", "--out", tmp / "r", "--data", tmp / "typo", check=False)
+    assert p.returncode != 0 and str(tmp / "typo") in p.stderr
+    assert not (tmp / "r" / "config.json").exists()
+    run("nala", "train", *FAST, "--steps", "2", "--out", tmp / "r")
+    assert (tmp / "r" / "checkpoints" / "0000002" / "state.json").exists()
+
+
 def test_resume_with_different_config_is_refused(tmp):
     run("nala", "train", *FAST, "--steps", "2", "--ckpt-every", "2", "--out", tmp / "r")
     p = run("nala", "train", *FAST, "--steps", "4", "--lr", "0.002", "--out", tmp / "r", check=False)
