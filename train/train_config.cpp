@@ -177,6 +177,7 @@ void validate(const TrainConfig& c) {
   if (c.log_every <= 0 || c.ckpt_every <= 0 || c.keep_last <= 0) bad("--log-every, --ckpt-every and --keep-last must be positive");
   if (c.image_size <= 0 || c.num_classes <= 0) bad("--image-size and --num-classes must be positive");
   if (c.max_minutes < 0) bad("--max-minutes must be >= 0");
+  if (c.workers <= 0) bad("--workers must be positive, got " + std::to_string(c.workers));
   if (!(c.bucket_mb > 0 && c.bucket_mb <= 4096)) bad("--bucket-mb must be in (0, 4096], got " + std::to_string(c.bucket_mb));
   if (c.sample_steps <= 0) bad("--sample-steps must be positive, got " + std::to_string(c.sample_steps));
   if (c.sample_cfg < 1) bad("--sample-cfg must be >= 1, got " + std::to_string(c.sample_cfg));

@@ -98,6 +98,7 @@ def test_failed_write_loses_nothing(tmp):
 @pytest.mark.parametrize("flags,needle", [
     (["--batch", "0"], "--batch must be positive"),
     (["--lr", "-1"], "--lr must be positive"),
+    (["--workers", "0"], "--workers must be positive, got 0"),
     (["--ema-decay", "1.5"], "--ema-decay must be in [0, 1)"),
     (["--precision", "fp8"], "--precision 'fp8'"),
     (["--model", "DiT-Q/2"], "unknown model 'DiT-Q/2'"),
