@@ -86,3 +86,17 @@ def test_bad_inputs(tmp, ckpt):
     assert not (tmp / "n.npz").exists() and not (tmp / "no").exists()
     p = run("nala", "sample", "--model", "DiT-S/2", "--device", "cpu", check=False)
     assert p.returncode == 2 and "nala sample needs --ckpt" in p.stderr
+
+
+def test_weights_choose_the_checkpoint_file(tmp, ckpt):
+    # a nala checkpoint folder holds model.safetensors and ema.safetensors (different after training):
+    # --weights picks one, exactly as naming the file does
+    def latents(src, *flags):
+        out = tmp / f"z{len(list(tmp.glob('z*.npz')))}.npz"
+        run("nala", "sample", "--ckpt", src, "--sampler", "ddim", "--steps", "3", "--classes", "1,2", "--seed", "5", "--device", "cpu",
+            "--out", tmp / "g.png", "--save-latents", out, *flags)
+        return np.load(out)["latents"]
+    ema, model = latents(ckpt), latents(ckpt, "--weights", "model")
+    np.testing.assert_array_equal(ema, latents(ckpt / "ema.safetensors"))
+    np.testing.assert_array_equal(model, latents(ckpt / "model.safetensors"))
+    assert not np.array_equal(ema, model)

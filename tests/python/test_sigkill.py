@@ -17,6 +17,7 @@ from conftest import BUILD, run
 from test_vae import make_vae
 
 KILLS = 10
+MIN_KILLS = 3
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
@@ -30,7 +31,9 @@ def nala(*args, check=True):
 def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5)):
     """Starts `nala args` and SIGKILLs it at random moments, KILLS times, then lets it finish.
     leftovers(): True while a write is visibly in progress; every other kill waits for one.
-    Returns how many kills hit such a write."""
+    Returns (kills, hits): how many kills landed before the run finished, and how many of them hit
+    such a write. A run that finishes early ends the kills: callers require at least MIN_KILLS, so
+    that the compared output really comes from resumed runs."""
     rng = np.random.default_rng(seed)
     kills = hits = 0
     while True:
@@ -38,7 +41,7 @@ def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5)):
         if kills == KILLS:
             _, err = p.communicate(timeout=900)
             assert p.returncode == 0, err[-3000:]
-            return hits
+            return kills, hits
         deadline = time.time() + rng.uniform(*span)
         if leftovers and kills % 2 == 1:  # aim at a write in progress
             deadline += 5
@@ -49,7 +52,7 @@ def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5)):
                 time.sleep(0.005)
         if p.poll() is not None:  # finished before the kill: nothing left to interrupt
             assert p.returncode == 0, p.communicate()[1][-3000:]
-            return hits
+            return kills, hits
         p.kill()
         p.communicate()
         kills += 1
@@ -62,9 +65,9 @@ def test_training_killed_ten_times_equals_uninterrupted(tmp):
     nala(*args, "--out", tmp / "alone")
     ck = tmp / "killed" / "checkpoints"
     writing = lambda: ck.exists() and any(".tmp." in x.name or ".old." in x.name for x in ck.iterdir())
-    hits = kill_repeatedly([*args, "--out", tmp / "killed"], seed=1, leftovers=writing)
-    print(f"{KILLS} kills, {hits} of them while a checkpoint was being written")
-    assert hits >= 1
+    kills, hits = kill_repeatedly([*args, "--out", tmp / "killed"], seed=1, leftovers=writing)
+    print(f"{kills} kills, {hits} of them while a checkpoint was being written")
+    assert kills >= MIN_KILLS and hits >= 1
     for name in ("model", "ema", "optimizer"):
         a = load_file(str(tmp / "alone" / "checkpoints" / "0000150" / f"{name}.safetensors"))
         b = load_file(str(ck / "0000150" / f"{name}.safetensors"))
@@ -83,7 +86,9 @@ def test_sampling_killed_ten_times_gives_the_same_npz(tmp):
     nala(*args(tmp / "alone.npz"))
     parts = tmp / "killed.npz.parts"
     writing = lambda: parts.exists() and any(".tmp." in x.name for x in parts.iterdir())
-    kill_repeatedly(args(tmp / "killed.npz"), seed=2, leftovers=writing, span=(0.3, 1.5))
+    kills, hits = kill_repeatedly(args(tmp / "killed.npz"), seed=2, leftovers=writing, span=(0.3, 1.5))
+    print(f"{kills} kills, {hits} of them while a batch was being written")
+    assert kills >= MIN_KILLS
     a, b = np.load(tmp / "alone.npz"), np.load(tmp / "killed.npz")
     assert np.array_equal(a["arr_0"], b["arr_0"]) and np.array_equal(a["arr_1"], b["arr_1"])
     # an interrupted batch resumed with another setting is refused, naming it
@@ -111,7 +116,9 @@ def test_extract_latents_killed_ten_times_gives_the_same_shards(tmp):
     nala(*args(), "--out", tmp / "alone")
     out = tmp / "killed"
     writing = lambda: out.exists() and any(".tmp." in x.name for x in out.iterdir())
-    kill_repeatedly([*args(), "--out", out], seed=3, leftovers=writing, span=(0.3, 1.5))
+    kills, hits = kill_repeatedly([*args(), "--out", out], seed=3, leftovers=writing, span=(0.3, 1.5))
+    print(f"{kills} kills, {hits} of them while a shard was being written")
+    assert kills >= MIN_KILLS
     digest = lambda d: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("latents_*.safetensors"))}
     assert len(digest(tmp / "alone")) == 16 and digest(out) == digest(tmp / "alone")
     r = nala(*args(seed=4), "--out", out, check=False)
