@@ -3,6 +3,7 @@ FID blocks (random weights, the same already-resized input); the TF1 resize agai
 numpy computation; FID, sFID, IS and precision/recall against numpy/scipy computations of the ADM
 formulas written here; `nala eval` end to end; and the error paths."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -221,3 +222,64 @@ def test_eval_errors(tmp, weights):
     p = run("nala", "eval", "--inception", tmp / "nan.safetensors", "--device", "cpu", "--ref", tmp / "a.npz", "--sample", tmp / "a.npz",
             "--allow-few-samples", check=False)
     assert p.returncode != 0 and "NaN" in p.stderr
+
+
+def test_fmnist_eval_equals_an_independent_computation(tmp):
+    """`nala eval --fmnist` (FD-FMNIST, P/R, IS-FMNIST, class accuracy) against the same numbers
+    computed here: the classifier's layers in torch, Fashion-MNIST read with numpy (test split as
+    the reference, zero-padded to 32), FD with scipy, ADM's P/R and IS. Samples are real training
+    images (labelled), so precision, recall and accuracy are far from 0; random classifier weights
+    (the plumbing is under test, not the classifier)."""
+    import gzip
+    d = os.environ.get("NALA_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+    def read(split):
+        with gzip.open(f"{d}/{split}-images-idx3-ubyte.gz") as f:
+            x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+        with gzip.open(f"{d}/{split}-labels-idx1-ubyte.gz") as f:
+            y = np.frombuffer(f.read(), np.uint8, offset=8).astype(np.int64)
+        return np.pad(x, ((0, 0), (2, 2), (2, 2))), y                        # (N, 32, 32) zero padding
+    ref, _ = read("t10k")
+    train, labels = read("train")
+    rng = np.random.default_rng(7)
+    pick = rng.choice(len(train), 600, replace=False)
+    sam, sam_y = train[pick], labels[pick]
+    np.savez(tmp / "s.npz", arr_0=np.repeat(sam[..., None], 3, axis=3), arr_1=sam_y)   # (600, 32, 32, 3) RGB
+    torch.manual_seed(0)
+    net = torch.nn.ModuleDict({"conv1": torch.nn.Conv2d(1, 16, 3, padding=1), "conv2": torch.nn.Conv2d(16, 32, 3, padding=1),
+                               "conv3": torch.nn.Conv2d(32, 64, 3, padding=1), "conv4": torch.nn.Conv2d(64, 64, 3, padding=1),
+                               "fc1": torch.nn.Linear(1024, 256), "fc2": torch.nn.Linear(256, 10)})
+    with torch.no_grad():  # He initialisation and spread logits: features and class scores that vary between images
+        for k, m in net.items():
+            torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            m.bias.normal_(0, 0.05)
+        net["fc2"].weight.mul_(4)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, tmp / "cls.safetensors",
+              metadata={"recipe": "random weights (test)", "test_accuracy": "0"})
+    run("nala", "eval", "--fmnist", "--sample", tmp / "s.npz", "--classifier", tmp / "cls.safetensors", "--device", "cpu",
+        "--json", tmp / "e.json")
+    ours = json.loads((tmp / "e.json").read_text())
+
+    F = torch.nn.functional
+    @torch.no_grad()
+    def feats(u8):
+        x = torch.from_numpy(u8).float()[:, None] / 127.5 - 1                # (N, 1, 32, 32) in [-1, 1]
+        h = F.relu(net["conv1"](x))
+        for c in ("conv2", "conv3", "conv4"):
+            h = F.max_pool2d(F.relu(net[c](h)), 2)
+        h = F.relu(net["fc1"](h.flatten(1)))                                  # (N, 256)
+        return h.numpy(), net["fc2"](h).numpy().astype(np.float64)
+    fr, _ = feats(ref)
+    fs, ls = feats(sam)
+    f64 = lambda z: z.astype(np.float64)
+    fd = adm_fid(f64(fs).mean(0), np.cov(f64(fs), rowvar=False), f64(fr).mean(0), np.cov(f64(fr), rowvar=False))
+    p, r, _ = adm_pr(fr, fs)
+    want = {"fd_fmnist": fd, "precision_fmnist": p, "recall_fmnist": r, "is_fmnist": adm_is(ls, 5000),
+            "class_accuracy": float((ls.argmax(1) == sam_y).mean())}
+    print({k: (round(ours[k], 6), round(v, 6)) for k, v in want.items()})
+    assert ours["samples"] == 600 and ours["references"] == 10000
+    # the comparison means something: non-degenerate features, spread class scores, P/R away from 0 and 1
+    assert fd > 0.1 and want["is_fmnist"] > 1.05 and 0.05 < p < 0.99 and 0.05 < r < 0.99
+    for k, v in want.items():
+        # FD, IS: float32 features against float64 statistics; P/R and accuracy: a few images may flip at a tie
+        tol = 1e-3 * abs(v) + 1e-6 if k in ("fd_fmnist", "is_fmnist") else 3 / 600
+        assert abs(ours[k] - v) <= tol, (k, ours[k], v)
