@@ -88,6 +88,20 @@ TEST(DdpmSamplers, AnalyticGaussian) {
   diffusion::GaussianDiffusion d250("linear", 1000, "ddim250", diffusion::VarianceType::FixedSmall);
   check("DDIM 250 eta=0", samplers::sample_ddim(optimal_eps(base), d250, noise(4), 0.0, false), 0.01);
   check("DDIM 50 eta=1", samplers::sample_ddim(optimal_eps(base), d50, noise(5), 1.0, false, gen), 0.06);
+  {
+    // DDIM with η = 1 is the ancestral sampler of the same respaced process: σ² is the posterior
+    // variance β̃ and its mean the posterior mean (Song et al. 2021 §4.1, eq. 16 with η = 1; ADM's ddim_sample
+    // and p_sample draw one normal a step in the same order), so from the same noise and generator
+    // seed it must equal DDPM (fixed-small) to float rounding; η = 0 must not
+    auto g1 = at::make_generator<at::CPUGeneratorImpl>(21), g2 = at::make_generator<at::CPUGeneratorImpl>(21);
+    at::Tensor z = noise(8).narrow(0, 0, 512);
+    at::Tensor ddim1 = samplers::sample_ddim(optimal_eps(base), d50, z, 1.0, false, g1).x;
+    at::Tensor ddpm = samplers::sample_ddpm(optimal_eps(base), d50, z, false, g2).x;
+    const double diff = (ddim1 - ddpm).abs().max().item<double>();
+    std::printf("DDIM 50 eta=1 vs DDPM on the same 50 steps: max |difference| %.2e\n", diff);
+    EXPECT_LT(diff, 1e-4);
+    EXPECT_GT((samplers::sample_ddim(optimal_eps(base), d50, z, 0.0, false).x - ddpm).abs().max().item<double>(), 0.1);
+  }
   for (int steps : {10, 20, 25}) {
     auto ts = samplers::dpm_solver_timesteps(base, steps);
     ASSERT_EQ(int64_t(ts.size()), steps);
