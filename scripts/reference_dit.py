@@ -95,6 +95,25 @@ def nala_attention(q, k, v, alpha=1.0, variant="nala", eps=1e-6):
     return ((pq @ S) / ((pq * z).sum(-1, keepdim=True) + eps)).to(dt)
 
 
+def nala_attention_rope(q, k, v, grid_h, grid_w, alpha=1.0, variant="nala", eps=1e-6):
+    """docs/nala_attention.md §5, the 2-D axial RoPE variant, as the quadratic form it defines (N x N
+    scores of complex-rotated features), in float64; q, k, v (B, H, N, d), N = grid_h * grid_w."""
+    dt = q.dtype
+    q, k, v = q.double(), k.double(), v.double()
+    pq, pk = phi_query(q, alpha, variant=variant), phi_key(k, alpha, variant=variant)   # (B, H, N, F)
+    n, f = q.shape[2], pq.shape[-1]
+    pos = torch.arange(n, dtype=torch.float64)
+    row, col = pos.div(grid_w, rounding_mode="floor"), pos.remainder(grid_w)
+    omega = 10000.0 ** (-torch.arange(f // 4, dtype=torch.float64) / (f // 4))
+    theta = torch.cat([row[:, None] * omega, col[:, None] * omega], 1)                  # (N, F/2)
+    turn = torch.polar(torch.ones_like(theta), theta)                                    # e^{iθ}
+    cq = torch.complex(pq[..., 0::2], pq[..., 1::2]) * turn                             # (B, H, N, F/2)
+    ck = torch.complex(pk[..., 0::2], pk[..., 1::2]) * turn
+    scores = torch.einsum("bhnj,bhmj->bhnm", cq, ck.conj()).real                          # (B, H, N, N)
+    den = (pq * pk.mean(2, keepdim=True)).sum(-1, keepdim=True) + eps
+    return ((scores @ v) / n / den).to(dt)
+
+
 class GatedNala(nn.Module):
     """docs/nala_attention.md §5: qkvg, per-head NaLa attention, LePE on v, LayerNorm(o) * SiLU(g), proj."""
 

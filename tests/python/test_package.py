@@ -190,3 +190,29 @@ def test_rope_variant():
     assert all(r == "SUCCESS" for r in res.values()), res
     with pytest.raises(RuntimeError, match="do not fill a 3x4 grid"):
         nala.attention(q, k, v, rope_grid=(3, 4))
+
+
+@pytest.mark.parametrize("grid", [(4, 4), (2, 8)])
+def test_rope_variant_equals_its_quadratic_form(grid):
+    """the RoPE variant against scripts/reference_dit.py's quadratic form (complex-rotated features,
+    N x N scores; float64), and the rotation's point: a score depends on the tokens' offset only"""
+    sys.path.insert(0, str(SOURCE / "scripts"))
+    import reference_dit
+    q, k, v = qkv((2, 2, 16, 8))
+    ours = nala.attention(q, k, v, rope_grid=grid)
+    ref = reference_dit.nala_attention_rope(q, k, v, *grid)
+    e = float((ours - ref).norm() / ref.norm())
+    print(f"grid {grid}: relative error {e:.2e}")
+    assert e < 1e-10
+    # one query and one key repeated at every token: the numerator's score of (n, m) is then a
+    # function of the offset; equal offsets give equal outputs on a one-hot v
+    gh, gw = grid
+    n = gh * gw
+    q1 = q[:, :, :1].expand(-1, -1, n, -1).contiguous()
+    k1 = k[:, :, :1].expand(-1, -1, n, -1).contiguous()
+    onehot = torch.eye(n, dtype=torch.float64)[:, :8].expand(2, 2, n, 8).contiguous()   # v[m] = e_m for m < 8
+    with torch.no_grad():
+        o = nala.attention(q1, k1, onehot, rope_grid=grid)                                  # o[n, m] ∝ score(n, m)
+    # (n, m) = (gw + 1, 1) and (gw + 2, 2) share the offset (1 row, 0 columns); (gw + 1, 2) does not
+    assert torch.allclose(o[..., gw + 1, 1], o[..., gw + 2, 2], rtol=1e-12, atol=0)
+    assert not torch.allclose(o[..., gw + 1, 1], o[..., gw + 1, 2], rtol=1e-6, atol=0)
