@@ -25,6 +25,8 @@ class AdamW {
   // found_inf (a (1,) float tensor on the parameters' device) is non-zero the kernel changes nothing.
   void step(const at::Tensor& found_inf = {});
   void zero_grad();
+  // calls of step(), skipped ones included; the bias correction reads the per-parameter counts
+  // ("step.<i>" in state()), which a skipped step does not advance
   int64_t steps_taken() const { return steps_; }
   // a replayed CUDA graph of step() (train/step_graph.h) ran on the device without this host code
   void count_replayed_step() { ++steps_; }

@@ -1,6 +1,7 @@
 // One training step (train/train_step.h) on a tiny model on the CPU: a step whose gradients are not
 // finite while the loss is changes no weight and reports a NaN loss (which the trainer counts);
-// a finite step changes the weights.
+// a finite step after it changes the weights and the optimizer exactly as the same step would
+// without the skipped one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +76,26 @@ TEST(TrainStep, NonFiniteGradientSkipsTheStep) {
     std::printf("%s: finite step loss %.4f, gradient norm %.4f\n", objective, r.loss.item<double>(), r.grad_norm.item<double>());
     EXPECT_TRUE(std::isfinite(r.loss.item<double>())) << objective;
     EXPECT_FALSE(unchanged(*s.model, before)) << objective << ": a finite step changed nothing";
+    // the skipped step left no trace in the weights or the optimizer (moments, step count for the
+    // bias correction): the same finite step from a fresh start gives bitwise the same state
+    StepSetup f = make(objective);
+    train::TrainStep fresh(f.cfg, *f.model, *f.ema, nullptr, false);
+    torch::manual_seed(1);
+    train::StepResult rf = fresh.run(1, x, y);
+    EXPECT_TRUE(at::equal(r.loss, rf.loss)) << objective;
+    EXPECT_TRUE(unchanged(*s.model, snapshot(*f.model))) << objective << ": weights differ from a run without the skipped step";
+    EXPECT_EQ(step.optimizer().steps_taken(), 2) << objective;  // calls of step(), the skipped one included
+    const io::NamedTensors sa = step.optimizer().state(), sb = fresh.optimizer().state();
+    ASSERT_EQ(sa.size(), sb.size());
+    int compared = 0;
+    for (size_t i = 0; i < sa.size(); ++i) {
+      ASSERT_EQ(sa[i].first, sb[i].first);
+      if (sa[i].first == "steps_taken") continue;
+      EXPECT_TRUE(at::equal(sa[i].second, sb[i].second)) << objective << " optimizer " << sa[i].first;
+      if (sa[i].first.rfind("step.", 0) == 0) EXPECT_EQ(sa[i].second.item<double>(), 1.0) << objective << ": bias-correction count";
+      ++compared;
+    }
+    EXPECT_EQ(compared, int(sa.size()) - 1);
   }
 }
 
