@@ -17,10 +17,19 @@ def ckpt(tmp_path_factory):
 
 
 def test_grid_one_row_per_class(tmp, ckpt):
-    run("nala", "sample", "--ckpt", ckpt, "--sampler", "ddim", "--steps", "5", "--device", "cpu", "--out", tmp / "g.png")
+    run("nala", "sample", "--ckpt", ckpt, "--sampler", "ddim", "--steps", "5", "--device", "cpu", "--out", tmp / "g.png",
+        "--save-latents", tmp / "z.npz")
     img = np.asarray(Image.open(tmp / "g.png"))
     # 10 classes x 8 columns of 32 px images with 2 px padding
     assert img.shape == (10 * 34 + 2, 8 * 34 + 2, 3)
+    z = np.load(tmp / "z.npz")
+    np.testing.assert_array_equal(z["labels"], np.repeat(np.arange(10), 8))   # row r: class r
+    # tile (r, c) is sample r·8 + c ([-1, 1] to 0..255; pixel-space model, grey in every channel)
+    for i in (0, 7, 8, 45, 79):
+        r, c = divmod(i, 8)
+        tile = img[2 + 34 * r:2 + 34 * r + 32, 2 + 34 * c:2 + 34 * c + 32].astype(int)
+        want = np.clip(np.round((z["latents"][i, 0] + 1) * 127.5), 0, 255)
+        assert np.abs(tile - want[..., None]).max() <= 1, i
 
 
 def test_fid_batch_and_resume(tmp, ckpt):
