@@ -41,6 +41,7 @@ struct BasicConv : torch::nn::Module {
     fold_key = std::move(key);
   }
   at::Tensor forward(const at::Tensor& x) {
+    if (is_training()) w_fold = at::Tensor();  // train-mode BatchNorm updates its statistics without a version bump
     if (is_training() || !speed || !speed->fold_bn) return at::relu(bn->forward(conv->forward(x)));
     torch::NoGradGuard ng;
     fold(x.is_cuda() && speed->channels_last);
@@ -213,10 +214,14 @@ InceptionFeatures FidInception::forward_normalised(const at::Tensor& x_in) {
   auto& m = *impl;
   const bool cl = x_in.is_cuda() && speed.channels_last;
   // cuDNN's algorithm search for these shapes, restored afterwards (it is process-wide)
-  struct BenchmarkGuard {
-    bool prev = at::globalContext().benchmarkCuDNN();
-    explicit BenchmarkGuard(bool on) { at::globalContext().setBenchmarkCuDNN(on); }
-    ~BenchmarkGuard() { at::globalContext().setBenchmarkCuDNN(prev); }
+  struct BenchmarkGuard {  // touches the flag only when it must change
+    bool prev = at::globalContext().benchmarkCuDNN(), set;
+    explicit BenchmarkGuard(bool on) : set(on != prev) {
+      if (set) at::globalContext().setBenchmarkCuDNN(on);
+    }
+    ~BenchmarkGuard() {
+      if (set) at::globalContext().setBenchmarkCuDNN(prev);
+    }
   } bench_guard(x_in.is_cuda() ? speed.cudnn_benchmark : at::globalContext().benchmarkCuDNN());
   at::Tensor x = cl ? x_in.contiguous(at::MemoryFormat::ChannelsLast) : x_in;  // (N, 3, 299, 299)
   x = m.c2b->forward(m.c2a->forward(m.c1a->forward(x)));

@@ -30,10 +30,13 @@ struct InceptionFeatures {
 struct InceptionSpeed {
   bool fold_bn = true;           // BatchNorm folded into the conv weights and a bias
   bool channels_last = false;    // CUDA: NHWC activations and weights (cuDNN's tensor-core layout)
-  bool fused_relu = false;       // CUDA: cuDNN's fused conv + bias + ReLU (needs fold_bn)
+  bool fused_relu = false;       // CUDA: cuDNN's fused conv + bias + ReLU (needs fold_bn; its unused z input is
+                                 // uninitialised memory: check for NaN leaks before making it a default)
   bool cudnn_benchmark = false;  // CUDA: cuDNN's algorithm search per shape during the forward
 };
 
+// One thread at a time: the forward caches folded weights and Mixed_6d's branch output, and sets
+// cuDNN's process-wide benchmark flag for its duration when `speed` asks for another value.
 class FidInception : public torch::nn::Module {
  public:
   FidInception();

@@ -1,8 +1,9 @@
 // The FID Inception's CUDA forward under every speed setting (metrics/inception.h InceptionSpeed:
 // BatchNorm folded into the convs, NHWC, cuDNN's algorithm search, cuDNN's fused conv + ReLU)
-// against the unfused BatchNorm layers in float64 on the CPU: random weights and random
-// per-channel BatchNorm statistics and affines, so that the fold is exercised; TF32 off, so the
-// only differences are float32 rounding and the choice of convolution algorithm.
+// against the unfused BatchNorm layers in float64 on the CPU: random weights, BatchNorm statistics
+// calibrated on random images and random per-channel affines, so that the fold is exercised and
+// the features depend on the input; TF32 off, so the only differences are float32 rounding and the
+// choice of convolution algorithm.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -14,17 +15,38 @@
 
 using namespace nala;
 
+namespace {
+struct Tf32Off {  // TF32 off for the scope, the flags restored even when a check throws
+  bool cudnn = at::globalContext().allowTF32CuDNN(), cublas = at::globalContext().allowTF32CuBLAS();
+  Tf32Off() {
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  ~Tf32Off() {
+    at::globalContext().setAllowTF32CuDNN(cudnn);
+    at::globalContext().setAllowTF32CuBLAS(cublas);
+  }
+};
+}  // namespace
+
 TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
   if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
   torch::manual_seed(0);
   auto net = std::make_shared<metrics::FidInception>();
+  net->to(at::kDouble);
+  // BatchNorm statistics calibrated on random images (a cumulative average, one train-mode pass), so
+  // that the features depend on the input through all layers; then random per-channel affines
+  at::Tensor calib = at::randint(0, 256, {6, 64, 64, 3}, at::TensorOptions().dtype(at::kByte));  // (N, H, W, 3)
+  for (auto& m : net->modules(false))
+    if (auto* b = dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) {
+      b->options.momentum(std::nullopt);
+      b->reset_running_stats();
+    }
+  net->train();
+  net->forward_uint8(calib);
+  net->eval();
   {
     torch::NoGradGuard ng;
-    for (auto& item : net->named_buffers()) {
-      at::Tensor& t = item.value();
-      if (item.key().find("running_mean") != std::string::npos) t.copy_(at::randn_like(t) * 0.1);
-      else if (item.key().find("running_var") != std::string::npos) t.copy_(at::rand_like(t) + 0.5);
-    }
     for (auto& item : net->named_parameters()) {
       at::Tensor& t = item.value();
       if (item.key().find(".bn.weight") != std::string::npos) t.copy_(at::rand_like(t) + 0.5);
@@ -32,13 +54,13 @@ TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
     }
   }
   at::Tensor images = at::randint(0, 256, {3, 64, 64, 3}, at::TensorOptions().dtype(at::kByte));  // (N, H, W, 3)
-  net->to(at::kDouble);
   net->speed = {false, false, false, false};
   metrics::InceptionFeatures ref = net->forward_uint8(images);  // float64 CPU, the BatchNorm layers
+  // the comparison means something: the images' features differ
+  EXPECT_GT(test::rel(ref.pool[0], ref.pool[1]), 1e-2);
+  EXPECT_GT(test::rel(ref.spatial[0], ref.spatial[2]), 1e-2);
   net->to(at::kCUDA, at::kFloat);
-  const bool tf32_cudnn = at::globalContext().allowTF32CuDNN(), tf32_cublas = at::globalContext().allowTF32CuBLAS();
-  at::globalContext().setAllowTF32CuDNN(false);
-  at::globalContext().setAllowTF32CuBLAS(false);
+  Tf32Off tf32_off;
   for (metrics::InceptionSpeed s : {metrics::InceptionSpeed{false, false, false, false}, metrics::InceptionSpeed{true, false, false, false},
                                     metrics::InceptionSpeed{true, true, false, false}, metrics::InceptionSpeed{true, true, false, true},
                                     metrics::InceptionSpeed{true, true, true, true}, metrics::InceptionSpeed{}}) {
@@ -65,6 +87,4 @@ TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
   net->to(at::kCPU, at::kDouble);
   net->speed = {false, false, false, false};
   EXPECT_LT(test::rel(changed, net->forward_uint8(images).pool), 1e-4);
-  at::globalContext().setAllowTF32CuDNN(tf32_cudnn);
-  at::globalContext().setAllowTF32CuBLAS(tf32_cublas);
 }

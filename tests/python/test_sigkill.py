@@ -17,7 +17,7 @@ from conftest import BUILD, run
 from test_vae import make_vae
 
 KILLS = 10
-MIN_KILLS = 3
+MIN_KILLS = 2  # at least one resume of a resumed run; a fast machine finishes the small jobs in few kills
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
