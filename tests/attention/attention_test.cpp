@@ -72,6 +72,24 @@ void finite_difference_check(const std::function<at::Tensor(const at::Tensor&, c
   std::printf("%-34s gradcheck worst relative error %.2e\n", what.c_str(), worst);
 }
 
+// nala_attention and autograd through nala_attention_reference on the same inputs and upstream
+// gradient: outputs and the three input gradients (ours first, the reference's second).
+struct OursAndReference {
+  at::Tensor o_ours, o_ref;
+  std::vector<at::Tensor> g_ours, g_ref;  // dq, dk, dv
+};
+OursAndReference ours_and_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& gout, const NalaOptions& o) {
+  std::vector<at::Tensor> a = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+  std::vector<at::Tensor> b = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+  OursAndReference r;
+  r.o_ours = nala_attention(a[0], a[1], a[2], o);
+  r.o_ref = nala_attention_reference(b[0], b[1], b[2], o);
+  (r.o_ours * gout).sum().backward();
+  (r.o_ref * gout).sum().backward();
+  for (int i = 0; i < 3; ++i) r.g_ours.push_back(a[size_t(i)].grad()), r.g_ref.push_back(b[size_t(i)].grad());
+  return r;
+}
+
 }  // namespace
 
 TEST(NalaReference, GradcheckFloat64EveryVariant) {
@@ -98,16 +116,11 @@ TEST(NalaAttention, BackwardEqualsAutogradThroughReference) {
       const NalaOptions o = options_for(f, f == FeatureMap::Nala ? 20.0 : 1.0);
       auto [q, k, v] = strided_qkv(2, 3, 37, 16, dt);
       at::Tensor gout = at::randn({2, 3, 37, 16}, dt);
-      std::vector<at::Tensor> a = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
-      std::vector<at::Tensor> b = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
-      at::Tensor oa = nala_attention(a[0], a[1], a[2], o);
-      at::Tensor ob = nala_attention_reference(b[0], b[1], b[2], o);
-      (oa * gout).sum().backward();
-      (ob * gout).sum().backward();
+      const OursAndReference r = ours_and_reference(q, k, v, gout, o);
       const double tol = dt == at::kDouble ? 1e-10 : 2e-5;
-      EXPECT_LT(rel_err(oa, ob), tol) << feature_map_name(f);
+      EXPECT_LT(rel_err(r.o_ours, r.o_ref), tol) << feature_map_name(f);
       for (int i = 0; i < 3; ++i) {
-        const double e = rel_err(a[size_t(i)].grad(), b[size_t(i)].grad());
+        const double e = rel_err(r.g_ours[size_t(i)], r.g_ref[size_t(i)]);
         std::printf("%-10s %-6s d%c relative error %.2e\n", feature_map_name(f).c_str(), dt == at::kDouble ? "fp64" : "fp32", "qkv"[i], e);
         EXPECT_LT(e, tol) << feature_map_name(f) << " d" << "qkv"[i];
       }
@@ -145,17 +158,12 @@ TEST(NalaAttention, ZeroTokensTakeTheEpsilonBranch) {
     kz.select(2, 4).zero_();
     kz.select(2, 8).zero_();
     at::Tensor gout = at::randn({1, 2, 9, 8}, at::kDouble);
-    std::vector<at::Tensor> a = {qz.detach().requires_grad_(), kz.detach().requires_grad_(), v.detach().requires_grad_()};
-    std::vector<at::Tensor> b = {qz.detach().requires_grad_(), kz.detach().requires_grad_(), v.detach().requires_grad_()};
-    at::Tensor oa = nala_attention(a[0], a[1], a[2], o);
-    at::Tensor ob = nala_attention_reference(b[0], b[1], b[2], o);
-    (oa * gout).sum().backward();
-    (ob * gout).sum().backward();
-    EXPECT_TRUE(at::isfinite(ob).all().item<bool>()) << feature_map_name(f);
-    EXPECT_LT(rel_err(oa, ob), 1e-10) << feature_map_name(f);
+    const OursAndReference r = ours_and_reference(qz, kz, v, gout, o);
+    EXPECT_TRUE(at::isfinite(r.o_ref).all().item<bool>()) << feature_map_name(f);
+    EXPECT_LT(rel_err(r.o_ours, r.o_ref), 1e-10) << feature_map_name(f);
     for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(at::isfinite(a[size_t(i)].grad()).all().item<bool>()) << feature_map_name(f) << " d" << "qkv"[i];
-      const double e = rel_err(a[size_t(i)].grad(), b[size_t(i)].grad());
+      EXPECT_TRUE(at::isfinite(r.g_ours[size_t(i)]).all().item<bool>()) << feature_map_name(f) << " d" << "qkv"[i];
+      const double e = rel_err(r.g_ours[size_t(i)], r.g_ref[size_t(i)]);
       std::printf("%-10s zero tokens d%c relative error %.2e\n", feature_map_name(f).c_str(), "qkv"[i], e);
       EXPECT_LT(e, 1e-10) << feature_map_name(f) << " d" << "qkv"[i];
     }
