@@ -12,6 +12,10 @@ int run_forward(int argc, char** argv);
 int run_convert(int argc, char** argv);
 int run_bench(int argc, char** argv);
 
+// On SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT: prints the signal and the stack to stderr, then
+// dies of the same signal (cli/fatal_signal.cpp).
+void install_fatal_signal_handler();
+
 // Prints "nala <version>, LibTorch <version>, CUDA: ..." for --version.
 void print_version();
 

@@ -36,6 +36,7 @@ void usage(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  nala::cli::install_fatal_signal_handler();
   if (argc < 2) {
     usage(std::cerr);
     return 2;

@@ -18,7 +18,7 @@ void print_version() {
   if (torch::cuda::is_available()) {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, 0);
-    std::cout << "CUDA available: yes, " << torch::cuda::device_count() << " device(s); device 0: " << prop.name
+    std::cout << "CUDA available: yes, " << int(torch::cuda::device_count()) << " device(s); device 0: " << prop.name
               << " (sm_" << prop.major << prop.minor << ")\n";
   } else {
     std::cout << "CUDA available: no (running on the CPU)\n";

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace nala::io {
@@ -113,6 +115,30 @@ void make_dirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw std::runtime_error("cannot create directory '" + path + "': " + ec.message());
+}
+
+namespace {
+thread_local std::string g_remove_error;  // nftw's callback has no context argument
+int remove_entry(const char* p, const struct stat*, int, struct FTW*) {
+  if (::remove(p) == 0 || errno == ENOENT) return 0;
+  g_remove_error = "cannot remove '" + std::string(p) + "': " + std::strerror(errno);
+  return 1;
+}
+}  // namespace
+
+bool remove_tree(const std::string& path, std::string* error) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    if (error) *error = "cannot remove '" + path + "': " + std::strerror(errno);
+    return false;
+  }
+  g_remove_error.clear();
+  // depth first (a folder's entries before the folder), not across symbolic links or mounts
+  const int rc = ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+  if (rc == 0) return true;
+  if (error) *error = g_remove_error.empty() ? "cannot remove '" + path + "': " + std::strerror(errno) : g_remove_error;
+  return false;
 }
 
 }  // namespace nala::io

@@ -34,4 +34,13 @@ void check_parent_dir(const std::string& path, const std::string& option);
 // Creates a directory and its parents; throws naming the path on failure.
 void make_dirs(const std::string& path);
 
+// Removes a file or a folder with everything in it (symbolic links removed, not followed); a path
+// that does not exist is no error. On failure: false, and *error (if given) names the path and the
+// reason. Written on POSIX nftw(3), not std::filesystem::remove_all: the torch wheel's libtorch*.so
+// export their own static copy of libstdc++'s std::filesystem, whose remove_all calls a weak symbol
+// that no system libstdc++.so defines (std::filesystem::recursive_directory_iterator::__erase), so
+// wherever the dynamic linker binds a program's remove_all to LibTorch's copy it jumps to address 0
+// (the GPU machine: `nala sample --npz` and checkpoint pruning died of SIGSEGV; docs/guide.md).
+bool remove_tree(const std::string& path, std::string* error = nullptr);
+
 }  // namespace nala::io

@@ -1,6 +1,7 @@
 #include "samplers/fid_batches.h"
 
 #include <filesystem>
+#include <iostream>
 
 #include <ATen/ATen.h>
 
@@ -97,7 +98,8 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
   }
   w.add("arr_1", at::cat(labels));
   w.close();
-  std::filesystem::remove_all(parts);
+  std::string err;  // the .npz is complete: leftover parts cost disk space, not data
+  if (!io::remove_tree(parts, &err)) std::cerr << "warning: " << err << "\n";
 }
 
 }  // namespace nala::samplers

@@ -24,14 +24,14 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 // Leftovers of a writer that was killed: checkpoints/<step>.tmp.<pid> and .old.<pid> folders and
 // <file>.tmp.<pid> files. Only called by the process that holds the run directory's lock.
 void remove_stale_temporaries(const std::string& out_dir) {
-  std::error_code ec;
   for (const fs::path& d : {fs::path(out_dir), fs::path(out_dir) / "checkpoints", fs::path(out_dir) / "samples"}) {
     if (!fs::is_directory(d)) continue;
     for (const auto& e : fs::directory_iterator(d)) {
       const std::string n = e.path().filename().string();
       if (n.find(".tmp.") == std::string::npos && n.find(".old.") == std::string::npos) continue;
       std::cerr << "removing " << e.path().string() << ", left by an interrupted writer\n";
-      fs::remove_all(e.path(), ec);
+      std::string err;
+      if (!io::remove_tree(e.path().string(), &err)) std::cerr << "warning: " << err << "\n";
     }
   }
 }
@@ -73,7 +73,8 @@ void save_checkpoint(const std::string& out_dir, const RunState& st, const model
                      const diffusion::ObjectiveSettings& objective, int64_t keep_last) {
   const std::string final_dir = out_dir + "/checkpoints/" + step_name(st.step);
   const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
-  fs::remove_all(tmp);
+  std::string err;
+  if (!io::remove_tree(tmp, &err)) throw std::runtime_error(err);
   io::make_dirs(tmp);
   const std::map<std::string, std::string> meta = {{diffusion::kObjectiveMetadataKey, diffusion::objective_to_json(objective)}};
   models::save_model(model, tmp + "/model.safetensors", meta);
@@ -93,9 +94,11 @@ void save_checkpoint(const std::string& out_dir, const RunState& st, const model
   fs::rename(tmp, final_dir, ec);
   if (ec) throw std::runtime_error("cannot move checkpoint " + tmp + " to " + final_dir + ": " + ec.message());
   io::fsync_parent_dir(final_dir);
-  fs::remove_all(old, ec);
+  // the new checkpoint is in place: a failure to delete an older one costs disk space, not data
+  if (!io::remove_tree(old, &err)) std::cerr << "warning: " << err << "\n";
   auto all = list_checkpoints(out_dir);
-  for (size_t i = size_t(keep_last); i < all.size(); ++i) fs::remove_all(all[i].dir, ec);
+  for (size_t i = size_t(keep_last); i < all.size(); ++i)
+    if (!io::remove_tree(all[i].dir, &err)) std::cerr << "warning: " << err << "\n";
 }
 
 RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, models::DiT& ema, AdamW& opt, bool verbose) {

@@ -9,6 +9,7 @@
 
 #include "data/data_loader.h"
 #include "data/datasets.h"
+#include "io/atomic_file.h"
 #include "io/image.h"
 
 namespace fs = std::filesystem;
@@ -53,7 +54,7 @@ TEST(ImageFolder, LabelsBySortedFolderAndCorruptFilesSkipped) {
   EXPECT_EQ(e.y, 1);
   ds.get(1);
   EXPECT_EQ(ds.bad_count(), 1);
-  fs::remove_all(root);
+  io::remove_tree(root);
 }
 
 TEST(DataLoader, OrderIsDeterministicAndShardedLikeDistributedSampler) {
