@@ -1,7 +1,7 @@
 // `nala bench train`: img/s of one training step (DDPM hybrid loss, AdamW, EMA; bf16 autocast on
 // CUDA) at a given batch on random latents, per model. The PyTorch counterpart for the comparison
 // is scripts/bench_pytorch_train.py (same shapes, bf16 autocast, AdamW), run beside it. With
-// --cuda-graphs the step is captured once after the warm-up (train/step_graph.h) and the timed steps
+// --cuda-graphs the step is captured once after the warm-up (models/cuda_graph.h) and the timed steps
 // replay it; both modes are printed, one row each, when --cuda-graphs both.
 #include <cstdio>
 #include <iostream>
@@ -16,7 +16,7 @@
 #include "bench/timing.h"
 #include "train/autocast_scope.h"
 #include "train/adamw.h"
-#include "train/step_graph.h"
+#include "models/cuda_graph.h"
 #include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
 
@@ -85,7 +85,7 @@ int bench_train(int argc, char** argv) {
       Timing t;
       if (graphed) {
         for (int i = 0; i < std::max(2, a["warmup"].as<int>()); ++i) step();  // lazy initialisation before the capture
-        train::StepGraph graph;
+        models::CudaGraph graph;
         graph.capture(step);
         t = time_it([&] { graph.replay(); }, dev, 1, a["steps"].as<int>());
       } else {

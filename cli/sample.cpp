@@ -72,7 +72,9 @@ int run_sample(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value("sigma"))(
       "last-step", "SDE samplers: none, Mean, Tweedie, Euler", cxxopts::value<std::string>()->default_value("Mean"))(
       "last-step-size", "SDE samplers: size of the last step", cxxopts::value<double>()->default_value("0.04"))("dtype", "bf16 (CUDA default) or fp32", cxxopts::value<std::string>())(
-      "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))("h,help", "help");
+      "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))(
+      "cuda-graphs", "true: replay the network call as a CUDA graph (one CUDA device; the same samples as false)",
+      cxxopts::value<std::string>()->default_value("false"))("h,help", "help");
   auto a = o.parse(argc, argv);
   if (a.count("help") || !a.count("ckpt")) {
     std::cout << o.help() << "\nSamplers (--sampler):\n" << samplers::sampler_help() << "\n";
@@ -136,6 +138,10 @@ int run_sample(int argc, char** argv) {
   so.diffusion_form = diffusion::parse_diffusion_form(a["diffusion-form"].as<std::string>());
   so.last_step = samplers::parse_last_step(a["last-step"].as<std::string>());
   so.last_step_size = a["last-step-size"].as<double>();
+  const std::string graphs = a["cuda-graphs"].as<std::string>();
+  if (graphs != "true" && graphs != "false") throw std::runtime_error("--cuda-graphs '" + graphs + "' (known: true, false)");
+  so.cuda_graphs = graphs == "true";
+  if (so.cuda_graphs && !dev.is_cuda()) throw std::runtime_error("--cuda-graphs true needs a CUDA device; this run is on " + dev.str());
   so = samplers::resolve(so, *model);
   const uint64_t seed = a["seed"].as<uint64_t>();
   const int64_t C = mc.in_channels, L = mc.input_size;

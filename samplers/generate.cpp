@@ -8,6 +8,7 @@
 
 #include "models/dit.h"
 #include "samplers/flow_likelihood.h"
+#include "samplers/graphed_net.h"
 #include "samplers/guidance.h"
 
 namespace nala::samplers {
@@ -35,6 +36,7 @@ SampleResult generate(models::DiT& model, const SamplingOptions& opt, const at::
   LabelledNet net = [&model, dtype](const at::Tensor& x, const at::Tensor& t, const at::Tensor& yy) {
     return model.forward(x.to(dtype), t, yy).to(at::kFloat);
   };
+  if (o.cuda_graphs) net = graphed(net);
   const auto& c = model.config();
   ModelFn f = classifier_free_guidance(net, y, c.num_classes, o.cfg_scale, o.cfg_channels, c.in_channels);
   return find_sampler(o.sampler).run(f, o, x_init, gen, progress);

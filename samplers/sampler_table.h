@@ -35,6 +35,7 @@ struct SamplingOptions {
   LastStep last_step = LastStep::Mean;
   double last_step_size = 0.04;
   std::string dpm_spacing = "logsnr";
+  bool cuda_graphs = false;  // the network call replayed as a CUDA graph (samplers/graphed_net.h); same results
 };
 
 // Runs one sampler: f is the (guided) model call, x_init (N, C, h, w) the starting noise.

@@ -28,7 +28,7 @@ class AdamW {
   // calls of step(), skipped ones included; the bias correction reads the per-parameter counts
   // ("step.<i>" in state()), which a skipped step does not advance
   int64_t steps_taken() const { return steps_; }
-  // a replayed CUDA graph of step() (train/step_graph.h) ran on the device without this host code
+  // a replayed CUDA graph of step() (models/cuda_graph.h) ran on the device without this host code
   void count_replayed_step() { ++steps_; }
   AdamWOptions& options() { return o_; }
 

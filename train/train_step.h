@@ -16,7 +16,7 @@
 #include "train/adamw.h"
 #include "train/distributed.h"
 #include "train/grad_buckets.h"
-#include "train/step_graph.h"
+#include "models/cuda_graph.h"
 #include "train/train_config.h"
 
 namespace nala::train {
@@ -34,7 +34,7 @@ class TrainStep {
   // A step whose loss or any gradient is not finite changes no weight (the EMA still decays toward
   // them) and returns a NaN loss, which the trainer counts.
   // With cfg.cuda_graphs the first kEagerSteps steps run as they are (lazy initialisation: cuBLAS
-  // handles, diffusion tables), the next one is captured as a CUDA graph (train/step_graph.h) and
+  // handles, diffusion tables), the next one is captured as a CUDA graph (models/cuda_graph.h) and
   // every later one copies x, y into the graph's input buffers and replays it (a new capture where
   // the batch shape changes). The results are equal to eager steps' (the same kernels, the same
   // random draws from the step's seed).
@@ -59,8 +59,10 @@ class TrainStep {
   std::unique_ptr<GradBuckets> buckets_;  // data parallel: the gradient all-reduce (overlapped with --overlap-grads)
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
-  // CUDA graphs (cfg.cuda_graphs)
-  StepGraph graph_;
+  // CUDA graphs (cfg.cuda_graphs). Host values are baked into a capture: the learning rate, the
+  // gradient clip, cfg.global_batch and which parameters have gradients; a new capture happens only
+  // when x's or y's shape changes (a learning-rate schedule would need the rate in a device tensor).
+  models::CudaGraph graph_;
   int64_t eager_steps_ = 0;
   at::Tensor static_x_, static_y_;  // the graph's inputs
   StepResult static_out_;           // its outputs, in its memory pool

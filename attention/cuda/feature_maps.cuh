@@ -1,6 +1,8 @@
 // The feature maps of NaLa attention and its baselines on the device, element-parallel over the
 // lanes of a token (docs/nala_attention.md §3), forward and backward, for fp32 tiles in shared memory.
 #pragma once
+#include <type_traits>
+
 #include "attention/cuda/tiles.cuh"
 
 namespace nala::attention::cuda {
@@ -212,6 +214,38 @@ __device__ __forceinline__ TokenStats token_features(const uint4 (&raw)[CPL], bo
   return st;
 }
 
+// One element's share of the nala / nala-relu backward (docs/nala_attention.md §3): from
+// g0 = ∂L/∂φ0_j, g1 = ∂L/∂φ1_j, the gradient with respect to x̂_j (gxh), the key power's direct
+// term (direct; 0 for a query) and the query's ∂L/∂p term added to gp.
+template <bool FAST, bool RELU>
+__device__ __forceinline__ void nala_element_backward(float xj, const TokenStats& st, float g0, float g1, const NalaKernelParams& P,
+                                                      bool query, float& gxh, float& direct, float& gp) {
+  const float xh = xj * st.inv;
+  const float sg = query ? xh : xj;
+  const float base = fabsf(sg);
+  const float a = query ? pow_pos<FAST>(base, st.p) : key_pow<FAST>(base, st.p);
+  float dA;
+  gxh = 0.f;
+  if constexpr (RELU) {
+    dA = sg > 0.f ? g0 : (sg < 0.f ? g1 : 0.f);
+  } else {
+    const float tt = f_tanh<FAST>(P.alpha * xh);
+    float sn, cs;
+    sincos_quarter<FAST>(0.78539816f * tt, &sn, &cs);
+    dA = g0 * cs + g1 * sn;
+    gxh = a * (g1 * cs - g0 * sn) * 0.78539816f * P.alpha * (1.f - tt * tt);
+  }
+  const float a_over_base = FAST ? __fdividef(a, base) : a / base;  // |s|^(p-1)
+  const float dpow = base > 0.f ? dA * st.p * a_over_base * (sg > 0.f ? 1.f : -1.f) : 0.f;
+  direct = 0.f;
+  if (query) {
+    gxh += dpow;
+    if (base > 0.f) gp += dA * a * f_log<FAST>(base);
+  } else {
+    direct = dpow;
+  }
+}
+
 // The one-pass backward's feature map: one token's ∂L/∂x from ∂L/∂φ (its fp32 row grow: F
 // columns in shared memory) with x still in registers (this lane's 16-byte chunks, as
 // token_features read them) and the statistics token_features returned; ∂L/∂x goes as bf16
@@ -268,39 +302,22 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
         e[k][u] = v;
       }
   } else {
-    const bool relu = P.map == KernelMap::NalaRelu;
     float dot = 0.f, gp = 0.f;
+    const auto elements = [&](auto relu) {
 #pragma unroll
-    for (int k = 0; k < CPL; ++k)
+      for (int k = 0; k < CPL; ++k)
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (lane + k * TPT >= CH) continue;
-        const float xj = xval(k, u), xh = xj * st.inv;
-        const float sg = query ? xh : xj;
-        const float base = fabsf(sg);
-        const float a = query ? pow_pos<true>(base, st.p) : key_pow<true>(base, st.p);
-        const float g0 = gval(k, u, 0), g1 = gval(k, u, 1);
-        float dA, gxh = 0.f;
-        if (relu) {
-          dA = sg > 0.f ? g0 : (sg < 0.f ? g1 : 0.f);
-        } else {
-          const float tt = f_tanh<true>(P.alpha * xh);
-          float sn, cs;
-          sincos_quarter<true>(0.78539816f * tt, &sn, &cs);
-          dA = g0 * cs + g1 * sn;
-          gxh = a * (g1 * cs - g0 * sn) * 0.78539816f * P.alpha * (1.f - tt * tt);
+        for (int u = 0; u < 8; ++u) {
+          if (lane + k * TPT >= CH) continue;
+          const float xj = xval(k, u);
+          float gxh, direct;
+          nala_element_backward<true, decltype(relu)::value>(xj, st, gval(k, u, 0), gval(k, u, 1), P, query, gxh, direct, gp);
+          dot += xj * st.inv * gxh;
+          e[k][u] = gxh * st.inv + direct;
         }
-        const float dpow = base > 0.f ? dA * st.p * __fdividef(a, base) * (sg > 0.f ? 1.f : -1.f) : 0.f;  // |s|^(p-1)
-        float direct = 0.f;
-        if (query) {
-          gxh += dpow;
-          if (base > 0.f) gp += dA * a * __logf(base);
-        } else {
-          direct = dpow;
-        }
-        dot += xh * gxh;
-        e[k][u] = gxh * st.inv + direct;
-      }
+    };
+    if (P.map == KernelMap::NalaRelu) elements(std::true_type{});
+    else elements(std::false_type{});
     dot = token_sum<TPT>(dot);
     gp = token_sum<TPT>(gp);
     const float gn = query ? gp * P.lambda * (1.f - st.tn * st.tn) : 0.f;
@@ -328,33 +345,12 @@ __device__ __forceinline__ void features_backward_nala(const float* x, float* g,
   float dot = 0.f, gp = 0.f;
 #pragma unroll 4
   for (int j = lane; j < D; j += TPT) {
-    const float xj = x[j], xh = xj * st.inv;
-    const float sg = query ? xh : xj;
-    const float base = fabsf(sg);
-    const float a = query ? pow_pos<FAST>(base, st.p) : key_pow<FAST>(base, st.p);
-    const float g0 = g[j], g1 = g[D + j];
-    float dA, gxh = 0.f;
-    if constexpr (RELU) {
-      dA = sg > 0.f ? g0 : (sg < 0.f ? g1 : 0.f);
-    } else {
-      const float tt = f_tanh<FAST>(P.alpha * xh);
-      float sn, cs;
-      sincos_quarter<FAST>(0.78539816f * tt, &sn, &cs);
-      dA = g0 * cs + g1 * sn;
-      gxh = a * (g1 * cs - g0 * sn) * 0.78539816f * P.alpha * (1.f - tt * tt);
-    }
-    const float a_over_base = FAST ? __fdividef(a, base) : a / base;  // |s|^(p-1)
-    const float dpow = base > 0.f ? dA * st.p * a_over_base * (sg > 0.f ? 1.f : -1.f) : 0.f;
-    float direct = 0.f;
-    if (query) {
-      gxh += dpow;
-      if (base > 0.f) gp += dA * a * f_log<FAST>(base);
-    } else {
-      direct = dpow;
-    }
+    const float xj = x[j];
+    float gxh, direct;
+    nala_element_backward<FAST, RELU>(xj, st, g[j], g[D + j], P, query, gxh, direct, gp);
     g[j] = gxh;
     g[D + j] = direct;
-    dot += xh * gxh;
+    dot += xj * st.inv * gxh;
   }
   dot = token_sum<TPT>(dot);
   gp = token_sum<TPT>(gp);

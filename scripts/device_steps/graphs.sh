@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CUDA graphs of the training step (--cuda-graphs, train/step_graph.h), same run: the graph's replay
+# CUDA graphs of the training step (--cuda-graphs, models/cuda_graph.h), same run: the graph's replay
 # against eager steps (GPU test TrainGraph.*: losses, gradient norms, weights, EMA), then training
 # throughput eager and replayed (bench train --cuda-graphs both) for DiT-S/2, NaLaDiT-S/2 and DiT-XL/2,
 # and a short Fashion-MNIST run of the trainer itself with graphs on.

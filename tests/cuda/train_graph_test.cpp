@@ -1,4 +1,4 @@
-// The training step replayed as a CUDA graph (--cuda-graphs, train/step_graph.h) against the same
+// The training step replayed as a CUDA graph (--cuda-graphs, models/cuda_graph.h) against the same
 // steps run eagerly: same initial weights, the same per-step seeds (as the trainer sets them) and
 // batches; losses, gradient norms, weights and EMA weights after every step compared. DDPM and flow,
 // bf16 autocast, with and without the EMA warm-up (whose decay a replay reads from the device),

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include "io/atomic_file.h"
 #include "io/npz.h"
 #include "models/dit.h"
 #include "models/model_config.h"
@@ -15,6 +16,7 @@
 #include "samplers/ddim.h"
 #include "samplers/fid_batches.h"
 #include "samplers/generate.h"
+#include "samplers/graphed_net.h"
 #include "samplers/guidance.h"
 
 namespace fs = std::filesystem;
@@ -39,7 +41,7 @@ models::DiT tiny(const std::string& name, bool perturb) {
 
 fs::path temp_dir(const std::string& tag) {
   fs::path d = fs::temp_directory_path() / ("nala_generate_test_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  io::remove_tree(d.string());
   fs::create_directories(d);
   return d;
 }
@@ -118,7 +120,7 @@ TEST(FidBatches, ResumedRunEqualsUninterruptedOne) {
   EXPECT_FALSE(fs::exists(resumed + ".parts"));
   // different batches draw different noise
   EXPECT_FALSE(at::equal(a[0].second.narrow(0, 0, 2), a[0].second.narrow(0, 2, 2)));
-  fs::remove_all(d);
+  io::remove_tree(d.string());
 }
 
 TEST(Likelihood, ZeroVelocityModelGivesTheStandardNormalDensity) {
@@ -139,4 +141,24 @@ TEST(Likelihood, ZeroVelocityModelGivesTheStandardNormalDensity) {
   ddpm.objective = "ddpm";
   ddpm.sampler = "ddpm";
   EXPECT_THROW(samplers::likelihood(m, samplers::resolve(ddpm, m), x, y, 11, at::make_generator<at::CPUGeneratorImpl>(5)), std::runtime_error);
+}
+
+TEST(Generate, CudaGraphsOnTheCpuAreANamedError) {
+  // --cuda-graphs on a CPU model is refused on the first call with the device named, not run eagerly
+  auto m = tiny("DiT-T/4", true);
+  samplers::SamplingOptions o;
+  o.steps = 3;
+  o.cuda_graphs = true;
+  torch::manual_seed(0);
+  at::Tensor x = at::randn({2, 1, 8, 8}), y = at::tensor({0, 1}, at::kLong);
+  try {
+    samplers::generate(m, o, x, y);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--cuda-graphs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
+  }
+  // the wrapper alone, the same
+  samplers::LabelledNet net = [](const at::Tensor& xx, const at::Tensor&, const at::Tensor&) { return xx; };
+  EXPECT_THROW(samplers::graphed(net)(x, at::zeros({2}), y), std::invalid_argument);
 }

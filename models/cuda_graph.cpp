@@ -1,4 +1,4 @@
-#include "train/step_graph.h"
+#include "models/cuda_graph.h"
 
 #include <stdexcept>
 
@@ -12,18 +12,18 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-namespace nala::train {
+namespace nala::models {
 
-struct StepGraph::Impl {
+struct CudaGraph::Impl {
 #ifdef NALA_WITH_CUDA
   std::unique_ptr<at::cuda::CUDAGraph> graph;
 #endif
 };
 
-StepGraph::StepGraph() : impl_(std::make_unique<Impl>()) {}
-StepGraph::~StepGraph() = default;
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
 
-bool StepGraph::captured() const {
+bool CudaGraph::captured() const {
 #ifdef NALA_WITH_CUDA
   return impl_->graph != nullptr;
 #else
@@ -31,13 +31,13 @@ bool StepGraph::captured() const {
 #endif
 }
 
-void StepGraph::reset() {
+void CudaGraph::reset() {
 #ifdef NALA_WITH_CUDA
   impl_->graph.reset();
 #endif
 }
 
-void StepGraph::capture(const std::function<void()>& step) {
+void CudaGraph::capture(const std::function<void()>& step) {
 #ifdef NALA_WITH_CUDA
   reset();
   // The graph allocates from a private pool; blocks the eager steps left cached would sit beside
@@ -51,8 +51,11 @@ void StepGraph::capture(const std::function<void()>& step) {
   queued.block(side);  // what the current stream holds (the static inputs' copies) comes first
   {
     const c10::cuda::CUDAStreamGuard on_side(side);
-    const bool cache = at::autocast::is_autocast_cache_enabled();
-    at::autocast::set_autocast_cache_enabled(false);
+    struct AutocastCacheOff {  // restored on every exit, a throwing capture_begin() included
+      const bool was = at::autocast::is_autocast_cache_enabled();
+      AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(false); }
+      ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(was); }
+    } cache_off;
     graph->capture_begin();
     try {
       step();
@@ -61,11 +64,9 @@ void StepGraph::capture(const std::function<void()>& step) {
         graph->capture_end();  // leave the stream usable; the error that matters is step()'s
       } catch (...) {
       }
-      at::autocast::set_autocast_cache_enabled(cache);
       throw;
     }
     graph->capture_end();
-    at::autocast::set_autocast_cache_enabled(cache);
   }
   at::cuda::CUDAEvent captured_event;
   captured_event.record(side);
@@ -77,13 +78,13 @@ void StepGraph::capture(const std::function<void()>& step) {
 #endif
 }
 
-void StepGraph::replay() {
+void CudaGraph::replay() {
 #ifdef NALA_WITH_CUDA
-  if (!impl_->graph) throw std::logic_error("StepGraph::replay: nothing captured");
+  if (!impl_->graph) throw std::logic_error("CudaGraph::replay: nothing captured");
   impl_->graph->replay();
 #else
   throw std::runtime_error("CUDA graphs: this nala was built without CUDA");
 #endif
 }
 
-}  // namespace nala::train
+}  // namespace nala::models

@@ -1,7 +1,8 @@
-// A CUDA graph of a whole training step (forward, backward, optimizer, EMA; issue #18's deliverable
-// 3): captured once on a side stream from a function that runs the step, then replayed, so a step
-// costs one graph launch instead of ~2,000 kernel launches from the host (the gaps between them
-// were ≈ 4.8 ms of a 42.5 ms DiT-S/2 step on the H200, docs/benchmarks.md).
+// A CUDA graph of a model call or of a whole training step (issue #18's deliverable 3): captured
+// once on a side stream from a function that runs the work, then replayed, so it costs one graph
+// launch instead of hundreds to ~2,000 kernel launches from the host (the gaps between them were
+// ≈ 4.8 ms of a 42.5 ms DiT-S/2 training step on the H200, docs/benchmarks.md). Users: the
+// training step (train/train_step.h) and the samplers' network call (samplers/graphed_net.h).
 // The captured function must read its inputs from fixed addresses (static input buffers, the
 // parameters, the optimizer state, all updated in place) and must not synchronise with the host;
 // what it returns lives in the graph's memory pool and is overwritten by the next replay. Random
@@ -13,14 +14,14 @@
 #include <functional>
 #include <memory>
 
-namespace nala::train {
+namespace nala::models {
 
-class StepGraph {
+class CudaGraph {
  public:
-  StepGraph();
-  ~StepGraph();
-  StepGraph(const StepGraph&) = delete;
-  StepGraph& operator=(const StepGraph&) = delete;
+  CudaGraph();
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
 
   bool captured() const;
   // Records step() into a new graph (replacing any earlier one); step() runs on the host but
@@ -34,4 +35,4 @@ class StepGraph {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace nala::train
+}  // namespace nala::models
