@@ -2,8 +2,9 @@
 # The one script for the GPU machine (H100/H200): configure, build (sm_90), run the CUDA tests,
 # run the benchmarks, print a short table last. Run from the repository root there, with the
 # .carry folder carried (scripts/prepare_carry.sh makes it here):
-#   bash scripts/device_build.sh [steps...]     steps: build tests sanitize bench-attention
-#                                               bench-train bench-sample experiment (default: build tests bench-attention)
+#   bash scripts/device_build.sh [steps...]     steps: build tests cli-tests sanitize bench-attention, or any
+#                                               scripts/device_steps/NAME.sh as NAME[:ARG:ARG] (default: build tests smoke)
+# Before CUDA work lands: `build tests smoke` in one call (smoke runs every sub-command on CUDA as a user does).
 # Logs go to $OUT (when set) so the device tool brings them back.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,7 +13,7 @@ out=${OUT:-$root/build-device/out}
 logs=$root/build-device/logs   # full logs stay on the machine; $OUT gets the short results (the tool brings back 8 files)
 mkdir -p "$out" "$logs"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build tests bench-attention)
+[ ${#steps[@]} -eq 0 ] && steps=(build tests smoke)
 export NALA_FASHION_MNIST="$root/.carry/fashion-mnist"
 summary="$out/summary.txt"
 : > "$summary"
@@ -31,7 +32,7 @@ for step in "${steps[@]}"; do
               -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$logs/configure.log" 2>&1 \
           || { tail -30 "$logs/configure.log"; note "configure FAILED"; exit 1; }
       fi
-      ninja -C build-device -j "$(nproc)" nala nala_cuda_tests nala_ops > "$logs/build.log" 2>&1 \
+      ninja -C build-device -j "$(nproc)" nala nala_testtool nala_cuda_tests nala_ops > "$logs/build.log" 2>&1 \
         || { grep -E "error|FAILED" "$logs/build.log" | head -30; note "build FAILED"; exit 1; }
       grep -E "NCCL headers" "$logs/configure.log" | tee -a "$summary"
       note "build: ok ($(( $(date +%s) - t0 )) s)"
@@ -43,6 +44,19 @@ for step in "${steps[@]}"; do
       grep -E "^\[  (PASSED|FAILED) |tests? ran|Failure|rounding noise" "$logs/cuda_tests.log" | tee -a "$summary"
       grep -E "err .*limit" "$logs/cuda_tests.log" | sort -g -k9 | tail -4 | tee -a "$summary"
       note "cuda tests: rc=$rc ($(( $(date +%s) - t0 )) s)"
+      [ $rc -ne 0 ] && failed=1
+      ;;
+    cli-tests)
+      # the Python tests of the command-line program (tests/python) against this build, in this
+      # machine's environment; the oracles it lacks come as wheels in .carry/wheels. The package's
+      # own tests (test_package.py) need `pip install`, which this machine cannot do offline.
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nala-site .carry/wheels/*.whl > "$logs/cli_tests_pip.log" 2>&1
+      NALA_BUILD_DIR=$root/build-device PYTHONPATH=/tmp/nala-site CUDA_VISIBLE_DEVICES= timeout ${CLI_TESTS_TIMEOUT:-400} \
+        python3 -m pytest -q -n "${CLI_TESTS_JOBS:-14}" -p no:cacheprovider tests/python --ignore=tests/python/test_package.py \
+        > "$logs/cli_tests.log" 2>&1
+      rc=$?
+      cp "$logs/cli_tests.log" "$out/cli_tests.log"
+      note "cli tests: rc=$rc $(tail -1 "$logs/cli_tests.log") ($(( $(date +%s) - t0 )) s)"
       [ $rc -ne 0 ] && failed=1
       ;;
     sanitize)

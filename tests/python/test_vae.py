@@ -1,38 +1,21 @@
 """The C++ AutoencoderKL against diffusers' AutoencoderKL with random (non-trivial) weights, fp32:
 encoder moments and decoder output to 1e-4 relative; the deprecated attention key names; tiled
 decoding against untiled with the seam error measured; bad weight files give clear errors."""
-import json
+import sys
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import run
+from conftest import SOURCE, run
+
+sys.path.insert(0, str(SOURCE / "scripts"))
+import make_random_vae  # noqa: E402
 
 
 def make_vae(tmp, old_names=False):
-    from diffusers import AutoencoderKL
-    torch.manual_seed(0)
-    m = AutoencoderKL(block_out_channels=(32, 64, 64), down_block_types=("DownEncoderBlock2D",) * 3,
-                      up_block_types=("UpDecoderBlock2D",) * 3, layers_per_block=2, norm_num_groups=8, latent_channels=4).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    sd = {k: v.contiguous() for k, v in m.state_dict().items()}
-    if old_names:
-        ren = {"to_q": "query", "to_k": "key", "to_v": "value", "to_out.0": "proj_attn"}
-        new = {}
-        for k, v in sd.items():
-            for a, b in ren.items():
-                k = k.replace(f"attentions.0.{a}.", f"attentions.0.{b}.")
-            new[k] = v
-        sd = new
-    d = tmp / ("vae_old" if old_names else "vae")
-    d.mkdir()
-    save_file(sd, d / "diffusion_pytorch_model.safetensors")
-    (d / "config.json").write_text(json.dumps(dict(m.config)))
-    return m, d / "diffusion_pytorch_model.safetensors"
+    return make_random_vae.make_vae(tmp / ("vae_old" if old_names else "vae"), old_names)
 
 
 def rel(a, b):
