@@ -5,8 +5,10 @@ weights, load_checkpoint on a nala run, and `pip install` from the repository in
 The in-tree tests load the build's operator library (build/python/nala/_C.so)."""
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,21 +155,45 @@ def test_load_checkpoint_of_a_run(tmp):
         nala.load_checkpoint(tmp / "empty")
 
 
+BUILD_TOOLS = ("scikit_build_core", "scikit_build_core-", "cmake", "cmake-", "ninja", "ninja-")  # what the README's first line brings
+
+
+def readme_install_lines():
+    """The lines of the README's code block that installs the package, as written."""
+    text = (SOURCE / "README.md").read_text()
+    m = re.search(r"virtual environment that has torch 2\.11\.0.*?```\n(.*?)```", text, re.S)
+    assert m, "README.md: no install block after 'a virtual environment that has torch 2.11.0'"
+    return [line for line in m.group(1).splitlines() if line.strip()]
+
+
 def test_pip_install_into_a_fresh_venv(tmp):
-    """The README's command, `pip install --no-build-isolation .`, into a new venv (CPU-only build).
-    The fresh venv sees the project venv's torch through a .pth file: torch's wheels are a few GB
-    and the package is built against the installed torch anyway."""
+    """The README's install lines, run as written (bash, in the repository's root, the new venv's bin
+    first on PATH) in a new venv that has torch 2.11.0 and nothing else: it sees the project venv's
+    packages through a .pth file (torch's wheels are a few GB) but not the build tools (a folder of
+    links leaves out scikit-build-core, cmake and ninja), so a line the README forgets fails here as
+    it would for a newcomer. CMAKE_ARGS=-DNALA_CUDA=OFF keeps CI's build to the CPU path."""
+    lines = readme_install_lines()
+    assert lines[-1].startswith("pip install --no-build-isolation ."), lines
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True,
                           check=True).stdout.strip()
-    torch_site = os.path.dirname(os.path.dirname(torch.__file__))
-    (open(os.path.join(site, "torch_from_project_venv.pth"), "w")).write(torch_site + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("NALA_OPS_LIBRARY", "PYTHONPATH")}
-    p = subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-C", "cmake.define.NALA_CUDA=OFF",
-                        "-C", f"build-dir={tmp / 'pkg-build'}", str(SOURCE)], capture_output=True, text=True, timeout=1800, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    torch_site = Path(torch.__file__).resolve().parents[1]
+    visible = tmp / "torch-only"
+    visible.mkdir()
+    for entry in torch_site.iterdir():
+        if not entry.name.lower().startswith(BUILD_TOOLS):
+            (visible / entry.name).symlink_to(entry)
+    (Path(site) / "torch_from_project_venv.pth").write_text(f"{visible}\n")
+    hidden = subprocess.run([str(py), "-c", "import importlib.util as u; print([m for m in ('scikit_build_core', 'cmake', 'ninja') if u.find_spec(m)])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert hidden == "[]", f"the fresh venv already has build tools: {hidden}"
+    env = {k: v for k, v in os.environ.items() if k not in ("NALA_OPS_LIBRARY", "PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(PATH=f"{venv / 'bin'}:{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), CMAKE_ARGS="-DNALA_CUDA=OFF")
+    for line in lines:
+        p = subprocess.run(["bash", "-c", line], cwd=str(SOURCE), capture_output=True, text=True, timeout=1800, env=env)
+        assert p.returncode == 0, f"README line `{line}` failed:\n" + p.stdout[-3000:] + p.stderr[-3000:]
     code = ("import torch, nala, os; torch.manual_seed(0); q = torch.randn(1, 2, 9, 8, dtype=torch.float64); "
             "print(os.path.dirname(nala.__file__)); print(repr(nala.attention(q, q.flip(2), q).sum().item()))")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=str(tmp), env=env, timeout=600)
