@@ -28,15 +28,19 @@ at::Tensor decode_image(const std::string& bytes, const std::string& name) {
 
 at::Tensor read_image(const std::string& path) { return decode_image(read_file(path), path); }
 
-void write_png(const std::string& path, const at::Tensor& image) {
+std::string encode_png(const at::Tensor& image, const std::string& name) {
   TORCH_CHECK(image.dim() == 3 && (image.size(2) == 3 || image.size(2) == 1) && image.scalar_type() == at::kByte,
-              "write_png('", path, "'): image must be uint8 (H, W, 3) or (H, W, 1), got ", image.sizes(), " ", image.scalar_type());
+              "PNG '", name, "': image must be uint8 (H, W, 3) or (H, W, 1), got ", image.sizes(), " ", image.scalar_type());
   at::Tensor img = image.contiguous().cpu();
   std::string buf;
   auto sink = [](void* ctx, void* data, int size) { static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size); };
   const int w = int(img.size(1)), h = int(img.size(0)), c = int(img.size(2));
-  if (!stbi_write_png_to_func(sink, &buf, w, h, c, img.data_ptr(), w * c))
-    throw std::runtime_error(path + ": PNG encoding failed");
+  if (!stbi_write_png_to_func(sink, &buf, w, h, c, img.data_ptr(), w * c)) throw std::runtime_error(name + ": PNG encoding failed");
+  return buf;
+}
+
+void write_png(const std::string& path, const at::Tensor& image) {
+  const std::string buf = encode_png(image, path);
   write_file_atomic(path, [&](std::ostream& out) { out.write(buf.data(), buf.size()); });
 }
 

@@ -11,6 +11,8 @@ namespace nala::io {
 at::Tensor read_image(const std::string& path);                       // (H, W, 3) uint8
 at::Tensor decode_image(const std::string& bytes, const std::string& name);
 
+// The PNG file's bytes of (H, W, 3) or (H, W, 1) uint8; `name` is for the error message.
+std::string encode_png(const at::Tensor& image, const std::string& name);
 // Writes a PNG atomically. Accepts (H, W, 3) or (H, W, 1) uint8.
 void write_png(const std::string& path, const at::Tensor& image);
 

@@ -2,7 +2,7 @@
 # One-time (idempotent) setup of a fresh Debian machine for nala:
 #   1. Debian packages: compilers, ccache, stb, cxxopts, nlohmann-json, zlib, GoogleTest, Fashion-MNIST
 #   2. the project's Python virtual environment (.venv): torch==2.11.0 (LibTorch for the build) plus the
-#      test oracles (numpy, scipy, safetensors, pillow, diffusers, pytorch-fid)
+#      test oracles (numpy, scipy, safetensors, pillow, diffusers, pytorch-fid, tensorboard)
 #   3. configure and build (build/nala)
 # A second run skips what is already there. Usage: bash scripts/setup.sh [--no-build]
 set -euo pipefail
@@ -34,12 +34,12 @@ fi
 venv="$root/.venv"
 # torchvision is pinned with torch: pytorch-fid pulls in torchvision, whose newest release would
 # otherwise replace torch 2.11.0 with a newer torch than the GPU machine has.
-want="torch==2.11.0 torchvision==0.26.0 numpy scipy safetensors pillow pytest diffusers pytorch-fid timm scikit-build-core matplotlib"
+want="torch==2.11.0 torchvision==0.26.0 numpy scipy safetensors pillow pytest diffusers pytorch-fid timm scikit-build-core matplotlib tensorboard"
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c 'import torch, numpy, scipy, safetensors, PIL, pytest, diffusers, pytorch_fid, timm, scikit_build_core, matplotlib; assert torch.__version__.startswith("2.11.0")' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import torch, numpy, scipy, safetensors, PIL, pytest, diffusers, pytorch_fid, timm, scikit_build_core, matplotlib, tensorboard; assert torch.__version__.startswith("2.11.0")' 2>/dev/null; then
   log "installing Python packages into .venv (torch is large; the first run downloads a few GB)"
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q $want

@@ -41,7 +41,9 @@ void MetricsLog::append(const nlohmann::json& line) {
     xs.push_back(j.at("step").get<double>());
     ys.push_back(j["loss"].is_number() ? j["loss"].get<double>() : NAN);  // a NaN loss is stored as null
   }
-  io::write_png(plot_path_, report::plot_series(xs, ys, "loss"));
+  report::PlotOptions po;
+  po.title = "training loss (mean of each log window)";
+  io::write_png(plot_path_, report::plot_series(xs, ys, po));
 }
 
 }  // namespace nala::train

@@ -37,8 +37,10 @@ struct TrainConfig {
   bool overlap_grads = true;
   double bucket_mb = 25;
   // one process on CUDA: capture the whole step as a CUDA graph after a few eager steps and replay
-  // it (train/step_graph.h)
+  // it (models/cuda_graph.h)
   bool cuda_graphs = false;
+  // TensorBoard event files in RUN/tb/ (report/tensorboard.h), beside metrics.jsonl
+  bool tensorboard = true;
   int64_t max_nonfinite = 20;           // stop after this many skipped non-finite steps
   double max_minutes = 0;               // stop (and checkpoint) after this long; 0: no limit
   // model options

@@ -16,6 +16,7 @@
 #include "io/output_lock.h"
 #include "io/weights.h"
 #include "report/progress.h"
+#include "report/tensorboard.h"
 #include "samplers/generate.h"
 #include "samplers/grid_labels.h"
 #include "train/device_memory.h"
@@ -30,10 +31,15 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 void on_signal(int sig) { g_stop_signal = sig; }
 
-// The EMA model's grid at `step`: one row per class, the objective's fast sampler.
-void write_sample_grid(const TrainConfig& cfg, const ModelSetup& s, models::DiT& ema, const c10::Device& device, const std::string& path) {
+// The EMA model's grid at `step`: one row per class, the objective's fast sampler. Returns the
+// PNG's bytes and size (empty when the run has no grids).
+struct GridPng {
+  std::string png;
+  int64_t height = 0, width = 0;
+};
+GridPng write_sample_grid(const TrainConfig& cfg, const ModelSetup& s, models::DiT& ema, const c10::Device& device, const std::string& path) {
   const auto& mc = s.model;
-  if (!s.online_vae && mc.in_channels != 1 && mc.in_channels != 3) return;  // latent shards: grids need the VAE (nala sample)
+  if (!s.online_vae && mc.in_channels != 1 && mc.in_channels != 3) return {};  // latent shards: grids need the VAE (nala sample)
   const samplers::GridLabels g = samplers::default_grid_labels(mc.num_classes);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(diffusion::derive_seed(cfg.seed, diffusion::SeedStream::PreviewGrid, 0));
   at::Tensor z = at::randn({int64_t(g.labels.size()), mc.in_channels, mc.input_size, mc.input_size}, gen).to(device);  // (N, C, h, w)
@@ -51,7 +57,18 @@ void write_sample_grid(const TrainConfig& cfg, const ModelSetup& s, models::DiT&
   at::Tensor x = samplers::generate(ema, so, z, y).x;
   at::Tensor img = io::model_to_uint8(s.autoencoder->decode(x).cpu());  // (N, H, W, C)
   if (img.size(3) == 1) img = img.expand({-1, -1, -1, 3}).contiguous();
-  io::write_png(path, io::make_grid(img, g.per_row));
+  const at::Tensor grid = io::make_grid(img, g.per_row);  // (H, W, 3)
+  GridPng out{io::encode_png(grid, path), grid.size(0), grid.size(1)};
+  io::write_file_atomic(path, [&](std::ostream& o) { o.write(out.png.data(), std::streamsize(out.png.size())); });
+  return out;
+}
+
+// The TensorBoard scalars of a metrics.jsonl line: every numeric field but the step, as train/<key>
+// (docs/guide.md lists them).
+void log_scalars(report::EventFileWriter& tb, const nlohmann::json& line, int64_t step) {
+  for (const auto& [key, value] : line.items())
+    if (key != "step" && value.is_number()) tb.add_scalar("train/" + key, value.get<double>(), step);
+  tb.flush();
 }
 
 }  // namespace
@@ -128,6 +145,8 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   }
   MetricsLog metrics(out_dir);
   if (main_rank) metrics.keep_until(st.step);  // steps after the checkpoint will be logged again
+  std::optional<report::EventFileWriter> tb;   // the same rule for the TensorBoard files
+  if (main_rank && cfg.tensorboard) tb.emplace(out_dir + "/tb", st.step);
 
   // ---- the loop ----
   TrainResult result;
@@ -201,6 +220,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
                             {"images_seen", st.images_seen}, {"epoch", st.epoch}, {"nonfinite", st.nonfinite}};
         if (device.is_cuda()) j["peak_mib"] = peak_memory_mib(device);
         metrics.append(j);
+        if (tb) log_scalars(*tb, j, step);
       }
       t_window = now;
       window_first = step;
@@ -214,8 +234,13 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
     if (stop && !window_losses.empty()) flush_window();  // the partial window
     if (main_rank && (step % cfg.ckpt_every == 0 || step == cfg.steps || stop))
       save_checkpoint(out_dir, st, *model, *ema, train_step.optimizer(), objective, cfg.keep_last);
-    if (main_rank && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || step == cfg.steps || stop))
-      write_sample_grid(cfg, setup, *ema, device, out_dir + "/samples/" + step_name(step) + ".png");
+    if (main_rank && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || step == cfg.steps || stop)) {
+      const GridPng g = write_sample_grid(cfg, setup, *ema, device, out_dir + "/samples/" + step_name(step) + ".png");
+      if (tb && !g.png.empty()) {
+        tb->add_png("samples/ema_grid", g.png, g.height, g.width, step);
+        tb->flush();
+      }
+    }
     if (stop) {
       result.stopped_early = true;
       result.stop_reason = g_stop_signal != 0 ? "signal " + std::to_string(int(g_stop_signal)) : "time budget of " + std::to_string(cfg.max_minutes) + " minutes";

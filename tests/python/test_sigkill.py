@@ -1,6 +1,6 @@
 """SIGKILL at random moments never loses or corrupts work: a training run killed 10 times (some of
 the kills while a checkpoint is being written) and rerun each time ends with weights, optimizer
-state equal to an uninterrupted run's and a metrics log with every step once; the same for `nala sample --num-samples` (an
+state equal to an uninterrupted run's and a metrics log (and TensorBoard files) with every step once; the same for `nala sample --num-samples` (an
 identical .npz) and `nala extract-latents` (identical shards). Resumes with other settings are
 refused, naming the setting."""
 import hashlib
@@ -14,6 +14,7 @@ from PIL import Image
 from safetensors.numpy import load_file
 
 from conftest import BUILD, run
+from test_tensorboard import check_equal_to_metrics
 from test_vae import make_vae
 
 KILLS = 10
@@ -77,6 +78,8 @@ def test_training_killed_ten_times_equals_uninterrupted(tmp):
     # every log step once, in order (the first line after a resume averages the steps since the checkpoint)
     steps = lambda d: [j["step"] for j in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
     assert steps(tmp / "killed") == steps(tmp / "alone") == list(range(5, 151, 5))
+    # the TensorBoard files say what metrics.jsonl says, each step once, whatever the kills cut
+    check_equal_to_metrics(tmp / "killed")
 
 
 def test_sampling_killed_ten_times_gives_the_same_npz(tmp):
