@@ -75,6 +75,9 @@ else()
 endif()
 # The torch wheel's libtorch*.so export their own static copies of std::filesystem, some of which
 # crash when called (std::filesystem::remove_all jumps to address 0). Putting libstdc++ first in
-# every binary's NEEDED list makes those symbols bind to the system libstdc++ instead.
+# every binary's NEEDED list makes those symbols bind to the system libstdc++ instead: so it does on
+# the Debian machines, but not on the GPU machine (Ubuntu 24.04, its own cmake and binutils; seen
+# 2026-12-02 with LD_DEBUG=bindings: nala's std::filesystem calls bind to LibTorch's copies there).
+# Hence nala does not call remove_all at all (io::remove_tree; tests/python/test_binaries.py).
 target_link_options(nala_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 add_library(nala::torch ALIAS nala_torch)
