@@ -42,4 +42,5 @@ echo
 echo "done in $(( $(date +%s) - t0 )) s. Outputs:"
 echo "  sample grid   $out/grid.png  (rows: T-shirt, trouser, pullover, dress, coat, sandal, shirt, sneaker, bag, ankle boot)"
 echo "  metrics       $out/fd_fmnist.json, training log $out/metrics.jsonl, loss curve $out/loss.png"
+echo "  curves        .venv/bin/tensorboard --logdir $(dirname "$out")   (TensorBoard files in $out/tb/)"
 echo "  checkpoints   $out/checkpoints/ (resume: run the same command again)"
