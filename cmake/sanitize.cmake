@@ -2,8 +2,8 @@
 # takes). LibTorch itself is not instrumented, so errors inside it go unseen; errors in nala's code,
 # and nala's misuse of memory that LibTorch hands it, are caught. CPU only (NALA_CUDA=OFF): the
 # CUDA runtime maps memory where AddressSanitizer keeps its shadow.
-# The options (halt on the first error, LibTorch's lifetime singletons kept out of leak reports)
-# are built into the programs: tests/sanitizer/default_options.cpp. The Python package's tests are
+# The options (use-after-return checks, UBSan stacks; the first error stops the run) are built into the programs:
+# tests/sanitizer/default_options.cpp. The Python package's tests are
 # left out (test_package.py: an instrumented extension in an uninstrumented python needs LD_PRELOAD).
 set(NALA_SANITIZE "" CACHE STRING "Sanitizers for nala's code, e.g. address,undefined (empty: none)")
 if(NALA_SANITIZE)
@@ -15,3 +15,11 @@ if(NALA_SANITIZE)
   add_link_options(-fsanitize=${NALA_SANITIZE})
   message(STATUS "nala: sanitizers ${NALA_SANITIZE} (CPU build)")
 endif()
+# The options' hooks must be defined in the executable itself: the runtime (libasan.so, loaded
+# first) carries weak defaults of its own that a definition in a shared library of ours does not
+# override. Every nala executable calls this.
+function(nala_sanitizer_defaults target)
+  if(NALA_SANITIZE)
+    target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/sanitizer/default_options.cpp)
+  endif()
+endfunction()
