@@ -16,7 +16,9 @@ samples=${6:-2000}
 extra=""
 if [ $# -gt 6 ]; then shift 6; extra="$*"; fi
 root=$(pwd)
-# NALA_BIN, SWEEP_DEVICE, SWEEP_DIR: a dry run elsewhere (the CPU build, a tiny model)
+# NALA_BIN, SWEEP_DEVICE, SWEEP_DIR: a dry run elsewhere (the CPU build, a tiny model).
+# SWEEP_FLAGS: train flags that change speed, not results (e.g. --cuda-graphs true), kept out of the
+# runs' names and the table.
 n=${NALA_BIN:-$root/build-device/nala}
 dev=${SWEEP_DEVICE:-cuda}
 w=${SWEEP_DIR:-$root/build-device/lr-sweep}
@@ -31,7 +33,7 @@ one_run() {  # MODEL LR
   local rd=$w/$tag
   rm -rf "$rd"
   $n train --preset fashion-mnist-s2 --model "$model" --lr "$lr" --steps "$steps" --ckpt-every "$steps" --sample-every 0 \
-     --log-every 50 --device $dev --workers 2 --tensorboard false $extra --out "$rd" > "$w/$tag.train.log" 2>&1 || { echo "$tag: train failed"; tail -3 "$w/$tag.train.log"; return; }
+     --log-every 50 --device $dev --workers 2 --tensorboard false $extra ${SWEEP_FLAGS:-} --out "$rd" > "$w/$tag.train.log" 2>&1 || { echo "$tag: train failed"; tail -3 "$w/$tag.train.log"; return; }
   local smp
   if [[ $model == *SiT* ]]; then smp="--sampler ode-heun --steps 13"; else smp="--sampler dpm++ --steps 25"; fi
   $n sample --ckpt "$rd/checkpoints/$(printf %07d "$steps")" $smp --num-samples "$samples" --batch-size 1000 --npz "$rd/samples.npz" \
@@ -49,7 +51,7 @@ print(json.dumps({"run": tag, "model": model, "lr": float(lr), "steps": int(step
 PY
 }
 export -f one_run
-export n w steps samples extra dev cls
+export n w steps samples extra dev cls SWEEP_FLAGS
 : > "$w/results.jsonl"
 for m in $models; do for lr in $lrs; do echo "$m $lr"; done; done | xargs -P "$parallel" -L 1 bash -c 'one_run $0 $1'
 cp "$w/results.jsonl" "$out/lr_sweep.jsonl"
