@@ -6,8 +6,10 @@ seeded generator, so only the outputs are committed (tests/fixtures/parity/). Us
   python3 scripts/parity_fixtures.py record BUILD_DIR   # write the outputs of BUILD_DIR/nala as the fixtures
   python3 scripts/parity_fixtures.py check BUILD_DIR    # run BUILD_DIR/nala and compare with the fixtures bit for bit
 Recorded with the binary of commit dbf8731 (before the one-folder-a-layer layout) on the 2-core CPU
-machine; a machine whose oneDNN picks other kernels may differ in the last bits (then re-record
-from a trusted binary and say so in the commit).
+machine, whose ATen CPU kernels are the AVX2 ones (recorded_on.txt). On a machine with other
+kernels the last bits differ (on the H200 host every output did, 2026-12-02), so there `check`
+compares within a tolerance that rounding alone stays far inside (see TOLERANCE) and says so; on
+the recording kind of machine it stays bit for bit.
 """
 import json
 import os
@@ -92,7 +94,36 @@ def produce(build, work):
     return outputs
 
 
-def same(a, b):
+# Largest |ours - recorded| / max(|recorded|) allowed when the CPU kernels differ from the recording
+# machine's (float32 rounding in other summation orders; the samplers compound it over their steps).
+# Measured on the CPU machine with ATEN_CPU_CAPABILITY=default and MKL_ENABLE_INSTRUCTIONS=SSE4_2:
+# at most 4.9e-7 (nalasit_forward_cfg), so this leaves a 200-fold margin and still catches any real change.
+TOLERANCE = 1e-4
+
+
+def relative_difference(a, b):
+    """max |a - b| / max |b| over every array (or JSON number) of two outputs; inf if their layouts differ."""
+    if a.suffix == ".json":
+        x, y = json.loads(a.read_text()), json.loads(b.read_text())
+        if sorted(x) != sorted(y):
+            return float("inf")
+        return max(abs(x[k] - y[k]) / max(abs(y[k]), 1e-12) for k in y)
+    x, y = np.load(a), np.load(b)
+    if sorted(x.files) != sorted(y.files):
+        return float("inf")
+    worst = 0.0
+    for k in x.files:
+        if x[k].dtype != y[k].dtype or x[k].shape != y[k].shape:
+            return float("inf")
+        if x[k].dtype.kind in "iub":
+            worst = max(worst, 0.0 if np.array_equal(x[k], y[k]) else float("inf"))
+        else:
+            ref = np.abs(y[k].astype(np.float64)).max()
+            worst = max(worst, float(np.abs(x[k].astype(np.float64) - y[k]).max() / max(ref, 1e-12)))
+    return worst
+
+
+def identical(a, b):
     if a.suffix == ".json":
         return json.loads(a.read_text()) == json.loads(b.read_text())
     x, y = np.load(a), np.load(b)
@@ -107,15 +138,29 @@ def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as work:
         outputs = produce(build, work)
+        here = torch.backends.cpu.get_cpu_capability()  # ATen's CPU kernels, as the nala binary picks them
         if mode == "record":
             FIXTURES.mkdir(parents=True, exist_ok=True)
             for name, path in outputs.items():
                 (FIXTURES / name).write_bytes(Path(path).read_bytes())
-            print(f"recorded {len(outputs)} fixtures in {FIXTURES}")
+            (FIXTURES / "recorded_on.txt").write_text(here + "\n")
+            print(f"recorded {len(outputs)} fixtures in {FIXTURES} ({here} kernels)")
             return
-        bad = [n for n, p in outputs.items() if not same(Path(p), FIXTURES / n)]
-        for n in outputs:
-            print(f"{n:28s} {'DIFFERS' if n in bad else 'identical'}")
+        recorded_on = (FIXTURES / "recorded_on.txt").read_text().strip()
+        bitwise = here == recorded_on
+        if not bitwise:
+            print(f"CPU kernels {here}, fixtures recorded with {recorded_on}: comparing within {TOLERANCE:g} of the largest value")
+        bad = []
+        for n, p in outputs.items():
+            if bitwise:
+                ok = identical(Path(p), FIXTURES / n)
+                print(f"{n:28s} {'identical' if ok else 'DIFFERS'}")
+            else:
+                r = relative_difference(Path(p), FIXTURES / n)
+                ok = r <= TOLERANCE
+                print(f"{n:28s} {'close' if ok else 'DIFFERS'} (relative difference {r:.2e})")
+            if not ok:
+                bad.append(n)
         if bad:
             raise SystemExit(f"{len(bad)} of {len(outputs)} outputs differ from tests/fixtures/parity/")
 

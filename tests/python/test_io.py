@@ -1,5 +1,6 @@
 """File formats against independent writers and readers: numpy (savez, savez_compressed, .npy
 versions), the safetensors package, and Pillow (decode, resize, the ADM centre crop)."""
+import os
 import io as pyio
 import zipfile
 
@@ -156,7 +157,7 @@ def test_adm_center_crop_equals_pillow(tmp, size):
 
 def test_fashion_mnist_matches_an_independent_reader(tmp):
     import gzip
-    d = "/usr/share/datasets/fashion-mnist"
+    d = os.environ.get("NALA_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")  # the GPU machine has it in .carry
     run("nala_testtool", "fmnist", d, "test", tmp / "f.npz")
     ours = np.load(tmp / "f.npz")
     with gzip.open(f"{d}/t10k-images-idx3-ubyte.gz") as f:

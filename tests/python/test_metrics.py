@@ -114,8 +114,14 @@ def test_tf1_resize(tmp, size):
         np.testing.assert_array_equal(ours, img)
 
 
-def adm_fid(mu1, s1, mu2, s2):
-    covmean = np.asarray(scipy.linalg.sqrtm(s1.dot(s2))).real  # scipy >= 1.16 returns the array alone
+def adm_fid(mu1, s1, mu2, s2, eps=1e-6):
+    """ADM evaluator's Fréchet distance, including its retry with eps on the diagonals when the square
+    root of a singular product is not finite (the GPU machine's scipy gave NaN for these 40 samples)."""
+    covmean = np.asarray(scipy.linalg.sqrtm(s1.dot(s2)))  # scipy >= 1.16 returns the array alone
+    if not np.isfinite(covmean).all():
+        offset = np.eye(s1.shape[0]) * eps
+        covmean = np.asarray(scipy.linalg.sqrtm((s1 + offset).dot(s2 + offset)))
+    covmean = covmean.real
     return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean))
 
 
