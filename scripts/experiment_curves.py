@@ -12,6 +12,8 @@ images with the family's fixed sampler (DiT / NaLaDiT: DPM-Solver++, 25 steps; S
 ODE, 13 grid points; --dit-sampler / --sit-sampler change them), unguided and with --cfg-scale, and `nala eval --fmnist` measures them; the
 results go to RUN/evals/STEP_unguided.json and STEP_cfg<scale>.json (written to a temporary name,
 then renamed: an interrupted eval leaves nothing half-written and is resumed by running it again).
+RUN may also be a run of scripts/official_fmnist.py (the official DiT / SiT trainers): its EMA
+weights are sampled by nala the same way.
 plot: reads RUN/metrics.jsonl (images seen, steps per second of each logging window: training
 seconds are the sum of the windows' step times) and RUN/evals/*.json; writes fd_vs_images.png,
 fd_vs_seconds.png, metrics_vs_images.png and table.md to --out. Runs whose directory names differ
@@ -81,7 +83,10 @@ def evaluate(args):
                 with tempfile.TemporaryDirectory(dir=evals) as tmp:
                     npz, ev = Path(tmp) / "samples.npz", Path(tmp) / "eval.json"
                     sampler = samplers[family(state["model"])]
-                    run_cmd([args.nala, "sample", "--ckpt", ckpt, *sampler, "--cfg-scale", scale,
+                    # a nala run, or the EMA weights of scripts/official_fmnist.py under their official names
+                    source = (["--ckpt", ckpt] if not (run / "official.json").is_file() else
+                              ["--model", state["model"], "--ckpt", ckpt / "ema.safetensors", "--vae", "none"])
+                    run_cmd([args.nala, "sample", *source, *sampler, "--cfg-scale", scale,
                              "--num-samples", args.samples, "--batch-size", args.batch_size, "--seed", args.seed,
                              "--npz", npz, "--device", args.device])
                     run_cmd([args.nala, "eval", "--fmnist", "--sample", npz, "--classifier", args.classifier,

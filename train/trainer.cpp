@@ -194,7 +194,15 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
       if (std::isfinite(last_loss)) std::snprintf(status, sizeof status, "loss %.4f", last_loss);  // the last log window's mean
       bar.update(step, status, cfg.global_batch);
     }
-    if (log_now) {
+    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() / 60;
+    bool stop = g_stop_signal != 0 || (cfg.max_minutes > 0 && minutes >= cfg.max_minutes);
+    // ranks agree on stopping every 10 steps (and at log steps): an agreement is a host sync, which
+    // every step would keep the host from queueing the next step while the device runs this one
+    if (pg && (step % 10 == 0 || log_now || step == cfg.steps)) stop = !pg->all_true(!stop);
+    else if (pg) stop = false;
+    // a stop logs its partial window: a run cut short by --max-minutes or a signal before its first
+    // --log-every steps still has a metrics line (and loss.png, TensorBoard scalars) at its checkpoint
+    if (log_now || stop) {
       const double grad_norm = r.grad_norm.item<double>();
       const std::vector<double> ls = flush_window();
       int64_t bad = 0;
@@ -225,13 +233,6 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
       t_window = now;
       window_first = step;
     }
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() / 60;
-    bool stop = g_stop_signal != 0 || (cfg.max_minutes > 0 && minutes >= cfg.max_minutes);
-    // ranks agree on stopping every 10 steps (and at log steps): an agreement is a host sync, which
-    // every step would keep the host from queueing the next step while the device runs this one
-    if (pg && (step % 10 == 0 || log_now || step == cfg.steps)) stop = !pg->all_true(!stop);
-    else if (pg) stop = false;
-    if (stop && !window_losses.empty()) flush_window();  // the partial window
     if (main_rank && (step % cfg.ckpt_every == 0 || step == cfg.steps || stop))
       save_checkpoint(out_dir, st, *model, *ema, train_step.optimizer(), objective, cfg.keep_last);
     if (main_rank && cfg.sample_every > 0 && (step % cfg.sample_every == 0 || step == cfg.steps || stop)) {

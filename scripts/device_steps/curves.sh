@@ -7,10 +7,14 @@
 # every run's config.json, metrics.jsonl and evals/ (small), so the checkpoints need not come back;
 # the plots are drawn on the CPU machine (experiment_curves.py plot).
 #   bash scripts/device_steps/curves.sh OUT STEPS SEED "MODEL ..." [LR] [EVERY] [EXTRA TRAIN FLAGS...]
+# A MODEL written official:DiT-S/2 or official:SiT-S/2 trains with the official DiT / SiT code
+# (scripts/official_fmnist.py, the checkouts in .carry/official/, the same data and settings) and
+# its last checkpoint is also sampled with the official sampler (mode official-sampler).
 # A run takes longer than a device call: start it in the background (setsid ... &) and poll;
 # W/done-sSEED appears when everything is evaluated and packed (W = CURVES_DIR, default
 # build-device/curves). Re-running it resumes the trainings and evaluates what is missing.
-# NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES: a dry run on the CPU build with a tiny model.
+# NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
+# on the CPU build with small settings.
 set -uo pipefail
 out=$1
 steps=${2:-6000}
@@ -24,6 +28,7 @@ root=$(pwd)
 n=${NALA_BIN:-$root/build-device/nala}
 dev=${CURVES_DEVICE:-cuda}
 samples=${CURVES_SAMPLES:-5000}
+batch=${CURVES_BATCH:-256}   # both trainers
 w=${CURVES_DIR:-$root/build-device/curves}
 mkdir -p "$w" "$out"
 rm -f "$w/done-s$seed"
@@ -31,16 +36,33 @@ cls=$w/fmnist_classifier.safetensors
 [ -f "$cls" ] || $n eval --train-fmnist-classifier --out "$cls" --device "$dev" > "$w/classifier.log" 2>&1 \
   || { tail -5 "$w/classifier.log"; exit 1; }
 
+if [[ " $models " == *" official:"* ]] && [ -z "${CURVES_PYTHONPATH:-}" ]; then
+  # the official SiT sampler imports torchdiffeq, which the GPU machine lacks: .carry/wheels has it
+  python3 -m pip install -q --no-index --no-deps --target /tmp/nala-official "$root"/.carry/wheels/torchdiffeq-*.whl > /dev/null 2>&1
+  CURVES_PYTHONPATH=/tmp/nala-official
+fi
 runs=()
 pids=()
+official_runs=()
 for model in $models; do
-  rd=$w/$(echo "$model" | tr '/' '_')-s$seed
+  rd=$w/$(echo "$model" | tr '/:' '_-')-s$seed
   runs+=("$rd")
   # OpenMP threads: a few a process, several processes share the machine's cores
-  OMP_NUM_THREADS=2 $n train --preset fashion-mnist-s2 --model "$model" --lr "$lr" --seed "$seed" --steps "$steps" \
-    --ckpt-every "$every" --keep-last $(( steps / every + 1 )) --sample-every 0 --log-every 50 --workers 2 \
-    --cuda-graphs "$([ "$dev" = cuda ] && echo true || echo false)" --device "$dev" "${extra[@]}" --out "$rd" \
-    > "$rd.train.log" 2>&1 &
+  if [[ $model == official:* ]]; then
+    # the official trainer (scripts/official_fmnist.py) with the checkout prepare_carry.sh put in .carry/official
+    m=${model#official:}
+    official_runs+=("$rd:$m")
+    [ -d "$rd/checkpoints" ] && [ -f "$rd/checkpoints/$(printf %07d "$steps")/state.json" ] && { pids+=(0); continue; }
+    rm -rf "$rd"  # it does not resume: an unfinished run starts again
+    OMP_NUM_THREADS=2 PYTHONPATH=${CURVES_PYTHONPATH:-} python3 scripts/official_fmnist.py train --repo "$root/.carry/official/${m%%-*}" \
+      --model "$m" --lr "$lr" --seed "$seed" --steps "$steps" --batch "$batch" --ckpt-every "$every" --device "$dev" \
+      $([ "$dev" = cuda ] && echo --compile || echo --precision fp32) --out "$rd" > "$rd.train.log" 2>&1 &
+  else
+    OMP_NUM_THREADS=2 $n train --preset fashion-mnist-s2 --model "$model" --lr "$lr" --seed "$seed" --steps "$steps" --batch "$batch" \
+      --ckpt-every "$every" --keep-last $(( steps / every + 1 )) --sample-every 0 --log-every 50 --workers 2 \
+      --cuda-graphs "$([ "$dev" = cuda ] && echo true || echo false)" --device "$dev" "${extra[@]}" --out "$rd" \
+      > "$rd.train.log" 2>&1 &
+  fi
   pids+=($!)
 done
 
@@ -51,7 +73,7 @@ evaluate() {
 # evaluate checkpoints as they appear (a run's first checkpoint may come after the loop's first look)
 while true; do
   alive=0
-  for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && alive=1; done
+  for p in "${pids[@]}"; do [ "$p" != 0 ] && kill -0 "$p" 2> /dev/null && alive=1; done
   [ $alive -eq 0 ] && break
   ready=1
   for rd in "${runs[@]}"; do [ -d "$rd/checkpoints" ] || ready=0; done
@@ -60,13 +82,32 @@ while true; do
 done
 failed=0
 for i in "${!pids[@]}"; do
+  [ "${pids[$i]}" = 0 ] && continue
   wait "${pids[$i]}" || { failed=1; echo "${runs[$i]}: train failed"; tail -3 "${runs[$i]}.train.log"; }
 done
 evaluate || { failed=1; tail -5 "$w/eval-s$seed.log"; }
+# the official runs' last checkpoint also with the official sampler (DiT: 250 DDPM steps; SiT: dopri5), unguided
+for entry in "${official_runs[@]}"; do
+  rd=${entry%%:*}; m=${entry#*:}; ck=$rd/checkpoints/$(printf %07d "$steps"); dst=$rd/evals/$(printf %07d "$steps")_official-sampler.json
+  [ -f "$dst" ] || [ ! -d "$ck" ] && continue
+  PYTHONPATH=${CURVES_PYTHONPATH:-} python3 scripts/official_fmnist.py sample --repo "$root/.carry/official/${m%%-*}" --model "$m" \
+      --ckpt "$ck" --num-samples "$samples" --device "$dev" ${CURVES_OFFICIAL_SAMPLER_FLAGS:-} --out "$rd/official_samples.npz" >> "$w/eval-s$seed.log" 2>&1 \
+    && $n eval --fmnist --sample "$rd/official_samples.npz" --classifier "$cls" --device "$dev" --json "$rd/official_eval.json" >> "$w/eval-s$seed.log" 2>&1 \
+    && python3 - "$rd/official_eval.json" "$ck/state.json" "$dst" "$samples" <<'PY' || { failed=1; tail -5 "$w/eval-s$seed.log"; }
+import json, os, sys
+ev, state, dst, samples = sys.argv[1:]
+e, s = json.load(open(ev)), json.load(open(state))
+sampler = "official p_sample_loop, 250 steps" if s["model"].startswith("DiT") else "official sample_ode, dopri5"
+e.update({"step": s["step"], "images_seen": s["images_seen"], "model": s["model"], "mode": "official-sampler", "cfg_scale": 1.0,
+          "samples": int(samples), "sampler": sampler})
+json.dump(e, open(dst + ".tmp", "w"))
+os.replace(dst + ".tmp", dst)
+PY
+done
 
 # small files only: configs, metrics, evaluations, logs
 (cd "$w" && tar czf "$out/curves-s$seed.tar.gz" $(for rd in "${runs[@]}"; do b=$(basename "$rd")
-   for f in "$b/config.json" "$b/metrics.jsonl" "$b/evals" "$b.train.log"; do [ -e "$f" ] && echo "$f"; done; done) "eval-s$seed.log")
+   for f in "$b/config.json" "$b/official.json" "$b/metrics.jsonl" "$b/evals" "$b.train.log"; do [ -e "$f" ] && echo "$f"; done; done) "eval-s$seed.log")
 python3 scripts/experiment_curves.py plot "${runs[@]}" --out "$w/plot-s$seed" > /dev/null 2>&1 || true  # the table only, if matplotlib is there
 for rd in "${runs[@]}"; do
   last=$(ls "$rd/evals" 2> /dev/null | tail -2 | tr '\n' ' ')

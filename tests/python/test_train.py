@@ -62,6 +62,26 @@ def test_resume_reproduces_the_uninterrupted_run(tmp):
     assert max(diffs) == 0.0
 
 
+def test_time_budget_logs_the_partial_window(tmp):
+    # the demo's situation on a slow machine: --max-minutes ends the run before its first --log-every
+    # steps; the stop still writes a metrics line (the mean loss of the steps since the last line),
+    # loss.png and the TensorBoard scalars, all at the checkpoint's step
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    i = FAST.index("--log-every")
+    args = FAST[:i] + FAST[i + 2:]
+    p = run("nala", "train", *args, "--log-every", "100000", "--steps", "100000", "--max-minutes", "0.05", "--out", tmp / "r")
+    assert "stopped early: time budget" in p.stdout, p.stdout
+    ckpts = sorted((tmp / "r" / "checkpoints").iterdir())
+    stopped = int(ckpts[-1].name)
+    assert 0 < stopped < 100000
+    lines = [json.loads(x) for x in (tmp / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [stopped] and np.isfinite(lines[0]["loss"]), lines
+    assert (tmp / "r" / "loss.png").stat().st_size > 1000
+    ea = EventAccumulator(str(tmp / "r" / "tb"), size_guidance={"scalars": 0})
+    ea.Reload()
+    assert [(e.step, np.float32(e.value)) for e in ea.Scalars("train/loss")] == [(stopped, np.float32(lines[0]["loss"]))]
+
+
 def test_corrupt_latest_checkpoint_falls_back(tmp):
     run("nala", "train", *FAST, "--steps", "8", "--ckpt-every", "4", "--out", tmp / "r")
     latest = tmp / "r" / "checkpoints" / "0000008" / "model.safetensors"
