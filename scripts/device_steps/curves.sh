@@ -13,6 +13,9 @@
 # A run takes longer than a device call: start it in the background (setsid ... &) and poll;
 # W/done-sSEED appears when everything is evaluated and packed (W = CURVES_DIR, default
 # build-device/curves). Re-running it resumes the trainings and evaluates what is missing.
+# W/failed-sSEED appears within CURVES_START_CHECK_S (20) seconds when a training dies at its start.
+# Each polling call should pack what is there (cd W && tar czf $OUT/partial.tgz */metrics.jsonl */evals ...):
+# a lease that ends first keeps the evaluations made so far.
 # NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
 # on the CPU build with small settings.
 set -uo pipefail
@@ -31,7 +34,9 @@ samples=${CURVES_SAMPLES:-5000}
 batch=${CURVES_BATCH:-256}   # both trainers
 w=${CURVES_DIR:-$root/build-device/curves}
 mkdir -p "$w" "$out"
-rm -f "$w/done-s$seed"
+rm -f "$w/done-s$seed" "$w/failed-s$seed"
+# the data: device_build.sh exports NALA_FASHION_MNIST; launched on its own, take the carried copy
+if [ -z "${NALA_FASHION_MNIST:-}" ] && [ -d "$root/.carry/fashion-mnist" ]; then export NALA_FASHION_MNIST=$root/.carry/fashion-mnist; fi
 cls=$w/fmnist_classifier.safetensors
 [ -f "$cls" ] || $n eval --train-fmnist-classifier --out "$cls" --device "$dev" > "$w/classifier.log" 2>&1 \
   || { tail -5 "$w/classifier.log"; exit 1; }
@@ -43,6 +48,7 @@ if [[ " $models " == *" official:"* ]] && [ -z "${CURVES_PYTHONPATH:-}" ]; then
 fi
 runs=()
 pids=()
+rcs=()
 official_runs=()
 for model in $models; do
   rd=$w/$(echo "$model" | tr '/:' '_-')-s$seed
@@ -66,6 +72,16 @@ for model in $models; do
   pids+=($!)
 done
 
+# a run that dies at its start (bad data path, out of memory) says so now, not after the call that waits for it
+sleep ${CURVES_START_CHECK_S:-20}
+for i in "${!pids[@]}"; do
+  p=${pids[$i]}
+  if [ "$p" != 0 ] && ! kill -0 "$p" 2> /dev/null; then
+    wait "$p"; rcs[$i]=$?   # waited once: the final loop reads the status from here
+    [ "${rcs[$i]}" != 0 ] && { echo "${runs[$i]}: train failed at its start"; tail -3 "${runs[$i]}.train.log"; touch "$w/failed-s$seed"; }
+  fi
+done
+
 evaluate() {
   python3 scripts/experiment_curves.py eval "${runs[@]}" --classifier "$cls" --samples "$samples" --device "$dev" \
     --nala "$n" >> "$w/eval-s$seed.log" 2>&1
@@ -83,7 +99,8 @@ done
 failed=0
 for i in "${!pids[@]}"; do
   [ "${pids[$i]}" = 0 ] && continue
-  wait "${pids[$i]}" || { failed=1; echo "${runs[$i]}: train failed"; tail -3 "${runs[$i]}.train.log"; }
+  if [ -n "${rcs[$i]:-}" ]; then rc=${rcs[$i]}; else wait "${pids[$i]}"; rc=$?; fi
+  [ "$rc" = 0 ] || { failed=1; echo "${runs[$i]}: train failed"; tail -3 "${runs[$i]}.train.log"; }
 done
 evaluate || { failed=1; tail -5 "$w/eval-s$seed.log"; }
 # the official runs' last checkpoint also with the official sampler (DiT: 250 DDPM steps; SiT: dopri5), unguided
