@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "attention/fused_ops.h"
+#include "attention/linear_fp8.h"
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/column_sum.h"
@@ -64,11 +65,25 @@ at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return LinearFn::apply(xc, wc, b);
 }
 
+namespace {
+bool wants_grad(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
+}
+}  // namespace
+
 at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x) {
   const at::Tensor &w = m.weight, &b = m.bias;
-  const bool training = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
+  const bool training = wants_grad(x, w, b);
+  if (!training)
+    if (const Fp8Rows* q = fp8_weight(w)) return linear_fp8(x, *q, b);
   if (b.defined() && x.is_cuda() && training && fused_block_ops() && x.is_contiguous()) return linear_op(x, w, b);
   return at::linear(x, w, b);
+}
+
+at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x) {
+  if (!wants_grad(x, m.weight, at::Tensor()))
+    if (const Fp8Rows* q = fp8_weight(m.weight)) return linear_fp8(x, *q, at::Tensor());
+  return at::linear(x, m.weight);
 }
 
 }  // namespace nala::attention

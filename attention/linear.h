@@ -16,8 +16,12 @@
 namespace nala::attention {
 
 // y = x Wᵀ + b of a torch::nn::Linear (parameters as registered, so checkpoint keys are unchanged).
+// A layer registered by use_fp8_linears (attention/linear_fp8.h) runs its FP8 GEMM while no
+// gradient is wanted.
 at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x);
 inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return linear(*m, x); }
+// x Wᵀ without the bias (for a fused bias + activation after it), likewise in FP8 where registered
+at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x);
 
 // The layer as its own autograd operation on any device (what linear() uses on CUDA when training;
 // the CPU tests check its backward against autograd of at::linear). b must be defined.

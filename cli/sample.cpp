@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "attention/linear_fp8.h"
 #include "models/checkpoint.h"
 #include "models/dit.h"
 #include "models/vae.h"
@@ -71,7 +72,10 @@ int run_sample(int argc, char** argv) {
       "diffusion-form", "SDE samplers: w(t) of the reverse SDE: constant, SBDM, sigma, linear, decreasing, increasing-decreasing",
       cxxopts::value<std::string>()->default_value("sigma"))(
       "last-step", "SDE samplers: none, Mean, Tweedie, Euler", cxxopts::value<std::string>()->default_value("Mean"))(
-      "last-step-size", "SDE samplers: size of the last step", cxxopts::value<double>()->default_value("0.04"))("dtype", "bf16 (CUDA default) or fp32", cxxopts::value<std::string>())(
+      "last-step-size", "SDE samplers: size of the last step", cxxopts::value<double>()->default_value("0.04"))("dtype",
+      "bf16 (CUDA default), fp32, or fp8: the linear layers' GEMMs in float8 e4m3 with row-wise scales, the rest in bf16 "
+      "(CUDA sm_90+; on the CPU an exact emulation in fp32, for checking)",
+      cxxopts::value<std::string>())(
       "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))(
       "cuda-graphs", "true: replay the network call as a CUDA graph (one CUDA device; the same samples as false)",
       cxxopts::value<std::string>()->default_value("false"))("h,help", "help");
@@ -89,7 +93,9 @@ int run_sample(int argc, char** argv) {
   if (a.count("save-latents")) io::check_parent_dir(a["save-latents"].as<std::string>(), "--save-latents");
   if (a["batch-size"].as<int64_t>() <= 0) throw std::runtime_error("--batch-size must be positive, got " + std::to_string(a["batch-size"].as<int64_t>()));
   const c10::Device dev = pick_device(a["device"].as<std::string>());
-  const auto dtype = parse_dtype(a.count("dtype") ? a["dtype"].as<std::string>() : dev.is_cuda() ? "bf16" : "fp32");
+  const std::string dtype_flag = a.count("dtype") ? a["dtype"].as<std::string>() : dev.is_cuda() ? "bf16" : "fp32";
+  const bool fp8 = dtype_flag == "fp8";  // the model in bf16 (fp32 on the CPU), its linear layers' GEMMs in FP8
+  const auto dtype = parse_dtype(fp8 ? (dev.is_cuda() ? "bf16" : "fp32") : dtype_flag);
   auto ae_probe = a["vae"].as<std::string>();
   models::ModelOverrides ov;
   const int64_t px = a["image-size"].as<int64_t>();
@@ -108,7 +114,9 @@ int run_sample(int argc, char** argv) {
     throw std::runtime_error("--image-size " + std::to_string(px) + " does not match the checkpoint, which makes " +
                              std::to_string(mc.input_size * ae->downsample()) + " px images");
   model->to(dev, dtype);
-  ae->to(dev, dtype);  // the VAE runs in --dtype too
+  ae->to(dev, dtype);  // the VAE runs in --dtype too (bf16 for fp8: its linear layers are not switched)
+  int64_t fp8_layers = 0;
+  if (fp8) fp8_layers = model->use_fp8_linears();
   samplers::SamplingOptions so;
   so.sampler = a["sampler"].as<std::string>();
   // the process the model was trained with (nala checkpoints record it); a flag overrides it, said once
@@ -160,7 +168,8 @@ int run_sample(int argc, char** argv) {
                 r.bits_per_dim.std().item<double>(), r.nfe);
     return 0;
   }
-  std::cerr << "nala sample: " << mc.name << " on " << dev << " (" << c10::toString(dtype) << "), " << so.sampler << " " << so.steps
+  std::cerr << "nala sample: " << mc.name << " on " << dev << " (" << c10::toString(dtype)
+            << (fp8 ? ", " + std::to_string(fp8_layers) + " linear layers in fp8" : std::string()) << "), " << so.sampler << " " << so.steps
             << " steps, cfg " << so.cfg_scale << (so.cfg_scale > 1 ? (so.cfg_channels < 0 ? " (all channels)" : " (" + std::to_string(so.cfg_channels) + " channels)") : "") << "\n";
 
   if (n > 0) {
@@ -173,6 +182,7 @@ int run_sample(int argc, char** argv) {
     fo.seed = seed;
     fo.manifest["weights"] = io::file_fingerprint(weights_file);
     fo.manifest["vae"] = ae_probe == "none" ? "none" : io::file_fingerprint(ae_probe);
+    if (fp8) fo.manifest["linear_gemm"] = "fp8 e4m3, row-wise scales";  // absent otherwise: earlier runs' manifests stay valid
     samplers::sample_fid_batches(*model, *ae, so, fo, npz, dev);
     const int64_t H = L * ae->downsample();
     std::cout << "wrote " << n << " samples to " << npz << " (arr_0 uint8 " << n << "x" << H << "x" << H << "x3, arr_1 labels)\n";

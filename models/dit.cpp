@@ -9,6 +9,7 @@
 #include <torch/nn/init.h>
 
 #include "attention/linear.h"
+#include "attention/linear_fp8.h"
 
 namespace nala::models {
 
@@ -64,7 +65,7 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
 
 at::Tensor Mlp::forward(const at::Tensor& x) {
   // on CUDA fc1's bias joins the GELU (models/block_ops.h); on the CPU the GEMM adds it, as before
-  if (x.is_cuda() && fused_block_ops()) return attention::linear(fc2, bias_gelu(at::linear(x, fc1->weight), fc1->bias));  // (N, T, D)
+  if (x.is_cuda() && fused_block_ops()) return attention::linear(fc2, bias_gelu(attention::linear_without_bias(*fc1, x), fc1->bias));  // (N, T, D)
   return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh"));                                            // (N, T, D)
 }
 
@@ -181,6 +182,15 @@ at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const
   // the official layout: both halves carry the guided channels, each keeps its own other channels
   at::Tensor second = g == out.size(1) ? guided : at::cat({guided.narrow(1, 0, g), out.narrow(0, half, half).narrow(1, g, out.size(1) - g)}, 1);
   return at::cat({guided, second});                                                   // (N, C', H, W)
+}
+
+int64_t DiT::use_fp8_linears() {
+  std::vector<torch::nn::LinearImpl*> layers;
+  for (auto& b : *blocks)
+    for (const auto& item : b->named_modules("", /*include_self=*/false))
+      if (auto* l = item.value()->as<torch::nn::Linear>(); l && item.key().rfind("adaLN_modulation", 0) != 0) layers.push_back(l);
+  layers.push_back(final_layer->linear.get());
+  return attention::use_fp8_linears(layers);
 }
 
 int64_t DiT::parameter_count() const {

@@ -70,13 +70,16 @@ def run_cmd(cmd):
 
 
 def evaluate(args):
-    modes = [("unguided", 1.0), (f"cfg{args.cfg_scale:g}", args.cfg_scale)]
+    modes = [("unguided", 1.0, []), (f"cfg{args.cfg_scale:g}", args.cfg_scale, [])]
     samplers = {"dit": args.dit_sampler.split(), "sit": args.sit_sampler.split()}
     for run in map(Path, args.runs):
         evals = run / "evals"
         evals.mkdir(exist_ok=True)
-        for step, ckpt, state in checkpoints(run):
-            for mode, scale in modes:
+        found = checkpoints(run)
+        for step, ckpt, state in found:
+            # --fp8-last: the last checkpoint also sampled with the linear layers in FP8 (same noise as "unguided")
+            last = args.fp8_last and step == found[-1][0] and not (run / "official.json").is_file()
+            for mode, scale, extra in modes + ([("unguided-fp8", 1.0, ["--dtype", "fp8"])] if last else []):
                 dst = evals / f"{step:07d}_{mode}.json"
                 if dst.exists():
                     continue
@@ -88,7 +91,7 @@ def evaluate(args):
                               ["--model", state["model"], "--ckpt", ckpt / "ema.safetensors", "--vae", "none"])
                     run_cmd([args.nala, "sample", *source, *sampler, "--cfg-scale", scale,
                              "--num-samples", args.samples, "--batch-size", args.batch_size, "--seed", args.seed,
-                             "--npz", npz, "--device", args.device])
+                             "--npz", npz, "--device", args.device, *extra])
                     run_cmd([args.nala, "eval", "--fmnist", "--sample", npz, "--classifier", args.classifier,
                              "--device", args.device, "--json", ev])
                     result = json.loads(ev.read_text())
@@ -195,6 +198,8 @@ def main():
     e.add_argument("--device", default="cuda")
     e.add_argument("--nala", default=str(Path(__file__).resolve().parents[1] / "build" / "nala"))
     e.add_argument("--dit-sampler", default=" ".join(SAMPLERS["dit"]), help="sampler flags for DiT / NaLaDiT runs")
+    e.add_argument("--fp8-last", action="store_true",
+                   help="also sample each run's last checkpoint with --dtype fp8 (mode unguided-fp8; not official runs)")
     e.add_argument("--sit-sampler", default=" ".join(SAMPLERS["sit"]), help="sampler flags for SiT / NaLaSiT runs")
     q = sub.add_parser("plot", help="plot the curves and print the final table")
     q.add_argument("runs", nargs="+")

@@ -9,7 +9,8 @@
 #   bash scripts/device_steps/curves.sh OUT STEPS SEED "MODEL ..." [LR] [EVERY] [EXTRA TRAIN FLAGS...]
 # A MODEL written official:DiT-S/2 or official:SiT-S/2 trains with the official DiT / SiT code
 # (scripts/official_fmnist.py, the checkouts in .carry/official/, the same data and settings) and
-# its last checkpoint is also sampled with the official sampler (mode official-sampler).
+# its last checkpoint is also sampled with the official sampler (mode official-sampler); nala runs'
+# last checkpoints also with `--dtype fp8` (mode unguided-fp8).
 # A run takes longer than a device call: start it in the background (setsid ... &) and poll;
 # W/done-sSEED appears when everything is evaluated and packed (W = CURVES_DIR, default
 # build-device/curves). Re-running it resumes the trainings and evaluates what is missing.
@@ -84,7 +85,7 @@ done
 
 evaluate() {
   python3 scripts/experiment_curves.py eval "${runs[@]}" --classifier "$cls" --samples "$samples" --device "$dev" \
-    --nala "$n" >> "$w/eval-s$seed.log" 2>&1
+    --nala "$n" "$@" >> "$w/eval-s$seed.log" 2>&1
 }
 # evaluate checkpoints as they appear (a run's first checkpoint may come after the loop's first look)
 while true; do
@@ -102,7 +103,8 @@ for i in "${!pids[@]}"; do
   if [ -n "${rcs[$i]:-}" ]; then rc=${rcs[$i]}; else wait "${pids[$i]}"; rc=$?; fi
   [ "$rc" = 0 ] || { failed=1; echo "${runs[$i]}: train failed"; tail -3 "${runs[$i]}.train.log"; }
 done
-evaluate || { failed=1; tail -5 "$w/eval-s$seed.log"; }
+# the last checkpoints also with the linear layers in FP8 (mode unguided-fp8: `nala sample --dtype fp8`, the same noise)
+evaluate --fp8-last || { failed=1; tail -5 "$w/eval-s$seed.log"; }
 # the official runs' last checkpoint also with the official sampler (DiT: 250 DDPM steps; SiT: dopri5), unguided
 for entry in "${official_runs[@]}"; do
   rd=${entry%%:*}; m=${entry#*:}; ck=$rd/checkpoints/$(printf %07d "$steps"); dst=$rd/evals/$(printf %07d "$steps")_official-sampler.json

@@ -118,3 +118,15 @@ def test_bad_input_is_a_clear_error(runs, tmp):
     assert p.returncode != 0 and "missing.safetensors: no such file" in p.stderr
     p = script("plot", tmp / "empty", "--out", tmp / "o", check=False)
     assert p.returncode != 0 and "has no metrics.jsonl" in p.stderr
+
+
+def test_fp8_last_samples_the_last_checkpoint_once_more(runs):
+    # last in this file: it adds a mode to the shared runs
+    root, cls = runs
+    p = script("eval", root / "ddpm", "--classifier", cls, *EVAL, "--fp8-last")
+    files = sorted(f.name for f in (root / "ddpm" / "evals").glob("*.json"))
+    assert files == sorted([f"{s:07d}_{m}.json" for s in (2, 4) for m in ["cfg2", "unguided"]] + ["0000004_unguided-fp8.json"]), files
+    assert p.stdout.count("unguided-fp8") == 1
+    fp8 = json.loads((root / "ddpm" / "evals" / "0000004_unguided-fp8.json").read_text())
+    bf = json.loads((root / "ddpm" / "evals" / "0000004_unguided.json").read_text())
+    assert fp8["mode"] == "unguided-fp8" and fp8["step"] == 4 and fp8["fd_fmnist"] != bf["fd_fmnist"]

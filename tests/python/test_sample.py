@@ -71,6 +71,24 @@ def test_deterministic_from_init_noise(tmp, ckpt, sampler):
     np.testing.assert_array_equal(outs[0], outs[1])  # a different seed changes nothing for a deterministic sampler
 
 
+def test_fp8_linear_layers(tmp, ckpt):
+    """--dtype fp8 (on the CPU: the exact emulation of the FP8 GEMMs, attention/linear_fp8.h) samples the
+    same noise a little differently from fp32 and says how many layers it switched (an FID batch
+    started in fp32 is not resumed in fp8: tests/python/test_sigkill.py)."""
+    rng = np.random.default_rng(1)
+    np.savez(tmp / "noise.npz", noise=rng.standard_normal((4, 1, 32, 32)).astype(np.float32), labels=np.array([0, 3, 6, 9]))
+    z = {}
+    for dt in ("fp32", "fp8"):
+        p = run("nala", "sample", "--ckpt", ckpt, "--sampler", "ddim", "--steps", "4", "--device", "cpu", "--dtype", dt,
+                "--init-noise", tmp / "noise.npz", "--save-latents", tmp / f"z_{dt}.npz", "--out", tmp / f"g_{dt}.png")
+        z[dt] = np.load(tmp / f"z_{dt}.npz")["latents"].astype(np.float64)
+        if dt == "fp8":
+            # NaLaDiT-T/4: 4 blocks x (qkvg, proj, fc1, fc2) and the head (4·4·2 = 32 outputs)
+            assert "17 linear layers in fp8" in p.stderr, p.stderr
+    d = np.linalg.norm(z["fp8"] - z["fp32"]) / np.linalg.norm(z["fp32"])
+    assert 1e-6 < d < 0.05, d
+
+
 def test_bad_inputs(tmp, ckpt):
     p = run("nala", "sample", "--ckpt", tmp / "missing", "--device", "cpu", check=False)
     assert p.returncode != 0 and "missing" in p.stderr

@@ -105,6 +105,8 @@ def test_sampling_killed_ten_times_gives_the_same_npz(tmp):
     p.communicate()
     r = nala(*args(tmp / "x.npz", steps=24), check=False)
     assert r.returncode != 0 and "steps: 25 before, 24 now" in r.stderr, r.stderr
+    r = nala(*args(tmp / "x.npz"), "--dtype", "fp8", check=False)  # the same model dtype (fp32 on the CPU), its GEMMs in FP8
+    assert r.returncode != 0 and "linear_gemm: (not recorded) before, fp8" in r.stderr, r.stderr
 
 
 def test_extract_latents_killed_ten_times_gives_the_same_shards(tmp):

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# FP8 sampling (attention/linear_fp8.h, `nala sample --dtype fp8`): the CUDA tests of the FP8 path,
+# then DDPM 250 + CFG 1.5 sampling throughput of DiT-XL/2 and NaLaDiT-XL/2 (batch 64) in bf16 and
+# fp8, eager and with the network call as a CUDA graph, fp8 once more without fast accumulation,
+# and the official model's step eager / compiled, all in one run (one file: fp8_sample.md).
+out=$1
+n=./build-device/nala
+{
+  ./build-device/tests/nala_cuda_tests --gtest_filter='LinearFp8Cuda.*' 2>&1 | grep -E "^\[  (PASSED|FAILED)|Failure|linear_fp8|forward vs"
+  echo
+  $n bench sample --models DiT-XL/2,NaLaDiT-XL/2 --batch 64 --measure 8 --dtypes bf16,fp8 --cuda-graphs both
+  echo
+  echo "NALA_FP8_FAST_ACCUM=0:"
+  NALA_FP8_FAST_ACCUM=0 $n bench sample --models DiT-XL/2 --batch 64 --measure 8 --dtypes fp8 --cuda-graphs on
+  echo
+  python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 8 --compile
+} > "$out/fp8_sample.md" 2>&1
