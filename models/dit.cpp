@@ -64,8 +64,20 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
 }
 
 at::Tensor Mlp::forward(const at::Tensor& x) {
-  // on CUDA fc1's bias joins the GELU (models/block_ops.h); on the CPU the GEMM adds it, as before
-  if (x.is_cuda() && fused_block_ops()) return attention::linear(fc2, bias_gelu(attention::linear_without_bias(*fc1, x), fc1->bias));  // (N, T, D)
+  if (x.is_cuda() && fused_block_ops()) {
+    const at::Tensor &w = fc1->weight, &b = fc1->bias;
+    const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || b.requires_grad());
+    if (!grad && !attention::fp8_weight(w) && x.scalar_type() == w.scalar_type() && b.scalar_type() == w.scalar_type()) {
+      // sampling: bias + GELU(tanh) in fc1's GEMM epilogue (cuBLASLt's GELU_BIAS, through at::_addmm_activation)
+      const at::Tensor h = at::_addmm_activation(b, x.reshape({-1, x.size(-1)}), w.t(), 1, 1, /*use_gelu=*/true);  // (N·T, hidden)
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = h.size(1);
+      return attention::linear(fc2, h.view(shape));  // (N, T, D)
+    }
+    // training (or FP8 fc1): fc1's bias joins the GELU in one kernel with its backward (models/block_ops.h)
+    return attention::linear(fc2, bias_gelu(attention::linear_without_bias(*fc1, x), b));  // (N, T, D)
+  }
+  // on the CPU the GEMM adds the bias, as the official model
   return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh"));                                            // (N, T, D)
 }
 

@@ -217,3 +217,26 @@ TEST_F(BlockKernels, BiasGelu) {
     }
   }
 }
+
+TEST_F(BlockKernels, SamplingMlpGeluInTheGemmEpilogue) {
+  // no gradient wanted on CUDA: fc1's bias and GELU(tanh) in the GEMM epilogue (at::_addmm_activation);
+  // against the ATen composition (linear, gelu tanh, linear) in float64 on the same weights
+  for (auto dt : {at::kFloat, at::kBFloat16}) {
+    torch::manual_seed(7);
+    Mlp m(384, 1536);
+    for (auto& p : m.parameters()) p.detach().normal_(0, 0.05);
+    m.to(at::kCUDA, dt);
+    at::Tensor x = at::randn({4, 37, 384}, at::kCUDA).to(dt);
+    at::globalContext().setAllowTF32CuBLAS(false);
+    torch::NoGradGuard ng;
+    const at::Tensor out = m.forward(x);  // (4, 37, 384)
+    auto d = [](const at::Tensor& t) { return t.to(at::kDouble).cpu(); };
+    const at::Tensor truth = at::linear(at::gelu(at::linear(d(x), d(m.fc1->weight), d(m.fc1->bias)), "tanh"), d(m.fc2->weight), d(m.fc2->bias));
+    const at::Tensor comp = at::linear(at::gelu(at::linear(x, m.fc1->weight, m.fc1->bias), "tanh"), m.fc2->weight, m.fc2->bias);
+    const double e = rel(out, truth), ec = rel(comp, truth);
+    std::printf("  sampling MLP %-9s epilogue err %.2e  composition err %.2e\n", c10::toString(dt), e, ec);
+    EXPECT_EQ(out.sizes(), x.sizes());
+    if (dt == at::kFloat) EXPECT_LT(e, 1e-5);
+    else EXPECT_LE(e, 2 * ec + 4e-3);
+  }
+}
