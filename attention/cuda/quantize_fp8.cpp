@@ -6,17 +6,13 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "attention/cuda/column_sum.h"
 #include "attention/cuda/quantize_fp8_kernels.h"
 
 namespace nala::attention::cuda {
 
-bool quantize_rows_supported(const at::Tensor& x) {
-  if (!x.is_cuda() || x.dim() != 2 || !x.is_contiguous()) return false;
-  const auto st = x.scalar_type();
-  if (st != at::kFloat && st != at::kBFloat16 && st != at::kHalf) return false;
-  if (x.size(1) == 0 || x.size(1) > (int64_t(1) << 30)) return false;
-  return (x.size(1) * x.element_size()) % 16 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
-}
+// the layout the column sum reads (a contiguous (R, K) float32 / bf16 / fp16 matrix with 16-byte rows)
+bool quantize_rows_supported(const at::Tensor& x) { return column_sum_supported(x); }
 
 std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
   TORCH_CHECK(quantize_rows_supported(x), "quantize_rows: needs a contiguous (R, K) CUDA float32/bf16/fp16 matrix with 16-byte rows, got ",
