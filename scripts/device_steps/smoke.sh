@@ -82,6 +82,16 @@ assert (a['arr_1'] == b['arr_1']).all(), 'labels differ'
 d = np.abs(a['arr_0'].astype(int) - b['arr_0'].astype(int)).max()
 assert d == 0, f'--cuda-graphs true differs from eager by up to {d}'
 " -- $n sample --ckpt "$ck" --steps 10 --num-samples 300 --batch-size 50 --device $dev --cuda-graphs true --npz "$w/graphs.npz"
+  # the linear layers' GEMMs in FP8 (as a graph too): the same labels, samples close to bf16's, not equal
+  step sample-npz-fp8 "
+import numpy as np
+a, b = np.load('full.npz'), np.load('fp8.npz')
+assert (a['arr_1'] == b['arr_1']).all(), 'labels differ'
+assert 'linear layers in fp8' in open('sample-npz-fp8.log').read(), 'no fp8 note'
+x, y = a['arr_0'].astype(float), b['arr_0'].astype(float)
+d = np.abs(x - y).mean()
+assert 0 < d < 0.1 * x.std(), f'fp8 differs from bf16 by {d:.2f} on average (sample std {x.std():.1f})'
+" -- $n sample --ckpt "$ck" --steps 10 --num-samples 300 --batch-size 50 --device $dev --dtype fp8 --cuda-graphs true --npz "$w/fp8.npz"
 fi
 interrupted() {  # kill the sampler once two of its six batches are on disk, then run it again
   $n sample --ckpt "$ck" --steps 10 --num-samples 300 --batch-size 50 --device $dev --npz "$w/resumed.npz" > "$w/interrupted.log" 2>&1 &
