@@ -15,8 +15,8 @@
 # W/done-sSEED appears when everything is evaluated and packed (W = CURVES_DIR, default
 # build-device/curves). Re-running it resumes the trainings and evaluates what is missing.
 # W/failed-sSEED appears within CURVES_START_CHECK_S (20) seconds when a training dies at its start.
-# Each polling call should pack what is there (cd W && tar czf $OUT/partial.tgz */metrics.jsonl */evals ...):
-# a lease that ends first keeps the evaluations made so far.
+# Poll with scripts/device_steps/curves-poll.sh OUT SEED SECONDS at the end of every call: it packs what
+# is there, so a lease that ends first keeps the evaluations made so far.
 # NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
 # on the CPU build with small settings.
 set -uo pipefail
