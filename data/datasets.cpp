@@ -67,24 +67,33 @@ IdxImages read_fashion_mnist(const std::string& dir, const std::string& split) {
   return out;
 }
 
+at::Tensor fashion_mnist_upsample(const at::Tensor& x, int64_t image_size) {
+  TORCH_CHECK(x.dim() == 4 && x.size(2) == 32 && x.size(3) == 32, "fashion_mnist_upsample: needs (N, C, 32, 32), got ", x.sizes());
+  return at::upsample_bilinear2d(x, {image_size, image_size}, /*align_corners=*/false);  // (N, C, S, S)
+}
+
 FashionMNIST::FashionMNIST(const std::string& dir, const std::string& split, int64_t image_size)
     : dir_(dir), split_(split), image_size_(image_size) {
-  if (image_size < 28 || (image_size - 28) % 2 != 0)
-    throw std::runtime_error("Fashion-MNIST image size must be 28 + 2k (zero padding), got " + std::to_string(image_size));
+  const bool padded = image_size >= 28 && image_size <= 32 && image_size % 2 == 0;
+  const bool upsampled = image_size > 32 && image_size % 32 == 0;
+  if (!padded && !upsampled)
+    throw std::runtime_error("Fashion-MNIST image size must be 28, 30 or 32 (zero padding) or a multiple of 32 (padded to 32, then upsampled), got " +
+                             std::to_string(image_size));
   IdxImages raw = read_fashion_mnist(dir, split);
-  const int64_t pad = (image_size - 28) / 2;
-  images_ = at::constant_pad_nd(raw.images, {pad, pad, pad, pad}, 0).contiguous();  // (N, S, S)
+  const int64_t pad = (std::min<int64_t>(image_size, 32) - 28) / 2;
+  images_ = at::constant_pad_nd(raw.images, {pad, pad, pad, pad}, 0).contiguous();  // (N, P, P)
   labels_ = raw.labels;
 }
 
 Example FashionMNIST::get(int64_t index) const {
-  at::Tensor x = images_[index].unsqueeze(0).to(at::kFloat).div(127.5).sub(1.0);  // (1, S, S) in [-1, 1]
+  at::Tensor x = images_[index].unsqueeze(0).to(at::kFloat).div(127.5).sub(1.0);  // (1, P, P) in [-1, 1]
+  if (image_size_ > 32) x = fashion_mnist_upsample(x.unsqueeze(0), image_size_).squeeze(0);  // (1, S, S)
   return {x, labels_[index].item<int64_t>()};
 }
 
 std::string FashionMNIST::describe() const {
   return "Fashion-MNIST " + split_ + " (" + std::to_string(size()) + " images, 1x" + std::to_string(image_size_) + "x" +
-         std::to_string(image_size_) + ", 10 classes) from " + dir_;
+         std::to_string(image_size_) + (image_size_ > 32 ? " upsampled bilinearly from 32" : "") + ", 10 classes) from " + dir_;
 }
 
 // ---- ImageNet-style folder -----------------------------------------------------------------

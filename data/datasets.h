@@ -43,7 +43,12 @@ struct IdxImages {
 };
 // split: "train" (60,000) or "test" (10,000)
 IdxImages read_fashion_mnist(const std::string& dir, const std::string& split);
+// x (N, C, 32, 32) in [-1, 1] -> (N, C, S, S): the bilinear upsampling of FashionMNIST at S > 32
+at::Tensor fashion_mnist_upsample(const at::Tensor& x, int64_t image_size);
 
+// Fashion-MNIST at image_size S: S = 28, 30 or 32 zero-pads the 28 px images (the experiments use
+// 32); S > 32, a multiple of 32, pads to 32 and then upsamples bilinearly (align_corners false) by
+// S / 32, for runs with more tokens (128 px with patch 2: 4,096). Any other S is an error.
 class FashionMNIST : public Dataset {
  public:
   FashionMNIST(const std::string& dir, const std::string& split, int64_t image_size = 32);
@@ -52,7 +57,7 @@ class FashionMNIST : public Dataset {
   std::vector<int64_t> sample_shape() const override { return {1, image_size_, image_size_}; }
   int64_t num_classes() const override { return 10; }
   std::string describe() const override;
-  const at::Tensor& images() const { return images_; }  // (N, S, S) uint8, padded
+  const at::Tensor& images() const { return images_; }  // (N, P, P) uint8, padded (P = min(S, 32); get() upsamples)
   const at::Tensor& labels() const { return labels_; }
 
  private:

@@ -38,6 +38,43 @@ TEST(FashionMNIST, PaddedDatasetIsInRange) {
   EXPECT_THROW(data::FashionMNIST("/nonexistent", "train", 32), std::runtime_error);
 }
 
+TEST(FashionMNIST, UpsampledIsBilinearFromThePaddedImage) {
+  // 128 px: the 32 px image upsampled 4x, bilinear with half-pixel centres (align_corners false),
+  // against the interpolation written out in double here
+  data::FashionMNIST small(data::default_fashion_mnist_dir(), "test", 32), big(data::default_fashion_mnist_dir(), "test", 128);
+  EXPECT_EQ(big.sample_shape(), (std::vector<int64_t>{1, 128, 128}));
+  EXPECT_NE(big.describe().find("upsampled"), std::string::npos);
+  for (int64_t i : {0, 4321}) {
+    const at::Tensor a = small.get(i).x[0].to(at::kDouble).contiguous(), b = big.get(i).x;  // (32, 32), (1, 128, 128)
+    ASSERT_EQ(b.sizes(), (at::IntArrayRef{1, 128, 128}));
+    EXPECT_EQ(big.get(i).y, small.get(i).y);
+    const double* A = a.data_ptr<double>();
+    auto src = [](int64_t o) {  // source coordinate of output pixel o, clamped at the border: (lo, hi, weight of hi)
+      const double c = std::max((o + 0.5) / 4.0 - 0.5, 0.0);
+      const int64_t lo = std::min<int64_t>(int64_t(c), 31);
+      return std::make_tuple(lo, std::min<int64_t>(lo + 1, 31), c - double(lo));
+    };
+    double worst = 0;
+    for (int64_t y = 0; y < 128; ++y)
+      for (int64_t x = 0; x < 128; ++x) {
+        auto [y0, y1, wy] = src(y);
+        auto [x0, x1, wx] = src(x);
+        const double v = (1 - wy) * ((1 - wx) * A[y0 * 32 + x0] + wx * A[y0 * 32 + x1]) + wy * ((1 - wx) * A[y1 * 32 + x0] + wx * A[y1 * 32 + x1]);
+        worst = std::max(worst, std::abs(v - b[0][y][x].item<double>()));
+      }
+    EXPECT_LT(worst, 1e-5) << "image " << i;
+  }
+  for (int64_t bad : {26, 33, 40, 96 + 2}) {
+    try {
+      data::FashionMNIST(data::default_fashion_mnist_dir(), "test", bad);
+      FAIL() << bad << " accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("got " + std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(data::FashionMNIST(data::default_fashion_mnist_dir(), "test", 64));
+}
+
 TEST(ImageFolder, LabelsBySortedFolderAndCorruptFilesSkipped) {
   const std::string root = (fs::temp_directory_path() / ("nala_folder_" + std::to_string(::getpid()))).string();
   for (const char* c : {"zebra", "apple"}) fs::create_directories(root + "/" + c);

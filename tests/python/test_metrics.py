@@ -230,12 +230,15 @@ def test_eval_errors(tmp, weights):
     assert p.returncode != 0 and "NaN" in p.stderr
 
 
-def test_fmnist_eval_equals_an_independent_computation(tmp):
+@pytest.mark.parametrize("size", [32, 128])
+def test_fmnist_eval_equals_an_independent_computation(tmp, size):
     """`nala eval --fmnist` (FD-FMNIST, P/R, IS-FMNIST, class accuracy) against the same numbers
     computed here: the classifier's layers in torch, Fashion-MNIST read with numpy (test split as
     the reference, zero-padded to 32), FD with scipy, ADM's P/R and IS. Samples are real training
     images (labelled), so precision, recall and accuracy are far from 0; random classifier weights
-    (the plumbing is under test, not the classifier)."""
+    (the plumbing is under test, not the classifier). At 128 px (the upsampled data set, nala's
+    data/datasets.h) samples and references are upsampled by torch's bilinear interpolation, written
+    as uint8 as samplers write them, and averaged back over 4x4 blocks here."""
     import gzip
     d = os.environ.get("NALA_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
     def read(split):
@@ -249,7 +252,19 @@ def test_fmnist_eval_equals_an_independent_computation(tmp):
     rng = np.random.default_rng(7)
     pick = rng.choice(len(train), 600, replace=False)
     sam, sam_y = train[pick], labels[pick]
-    np.savez(tmp / "s.npz", arr_0=np.repeat(sam[..., None], 3, axis=3), arr_1=sam_y)   # (600, 32, 32, 3) RGB
+    if size != 32:
+        def up(u8):  # (N, 32, 32) uint8 -> (N, S, S) uint8: bilinear, then clamp(127.5 x + 128) truncated
+            x = torch.from_numpy(u8).float()[:, None] / 127.5 - 1
+            x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+            return x.mul(127.5).add(128.0).clamp(0, 255).to(torch.uint8)[:, 0].numpy()
+        m = size // 32
+        down = lambda u8: (u8.astype(np.float32) / 127.5 - 1).reshape(-1, 32, m, 32, m).mean(axis=(2, 4))  # (N, 32, 32) in [-1, 1]
+        sam_big = up(sam)
+        np.savez(tmp / "s.npz", arr_0=np.repeat(sam_big[..., None], 3, axis=3), arr_1=sam_y)   # (600, S, S, 3) RGB
+        sam, ref = down(sam_big), down(up(ref))
+    else:
+        np.savez(tmp / "s.npz", arr_0=np.repeat(sam[..., None], 3, axis=3), arr_1=sam_y)   # (600, 32, 32, 3) RGB
+        sam, ref = sam.astype(np.float32) / 127.5 - 1, ref.astype(np.float32) / 127.5 - 1
     torch.manual_seed(0)
     net = torch.nn.ModuleDict({"conv1": torch.nn.Conv2d(1, 16, 3, padding=1), "conv2": torch.nn.Conv2d(16, 32, 3, padding=1),
                                "conv3": torch.nn.Conv2d(32, 64, 3, padding=1), "conv4": torch.nn.Conv2d(64, 64, 3, padding=1),
@@ -267,8 +282,8 @@ def test_fmnist_eval_equals_an_independent_computation(tmp):
 
     F = torch.nn.functional
     @torch.no_grad()
-    def feats(u8):
-        x = torch.from_numpy(u8).float()[:, None] / 127.5 - 1                # (N, 1, 32, 32) in [-1, 1]
+    def feats(x):
+        x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))[:, None]  # (N, 1, 32, 32) in [-1, 1]
         h = F.relu(net["conv1"](x))
         for c in ("conv2", "conv3", "conv4"):
             h = F.max_pool2d(F.relu(net[c](h)), 2)
