@@ -17,6 +17,8 @@
 # W/failed-sSEED appears within CURVES_START_CHECK_S (20) seconds when a training dies at its start.
 # Poll with scripts/device_steps/curves-poll.sh OUT SEED SECONDS at the end of every call: it packs what
 # is there, so a lease that ends first keeps the evaluations made so far.
+# CURVES_EVAL_DURING=0 evaluates only after the trainings end (a timed run alone on the GPU: the
+# 4,096-token equal-time runs, `curves.sh OUT 100000 0 DiT-S/2 1e-3 200 --image-size 128 --max-minutes 15`).
 # NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
 # on the CPU build with small settings.
 set -uo pipefail
@@ -94,7 +96,7 @@ while true; do
   [ $alive -eq 0 ] && break
   ready=1
   for rd in "${runs[@]}"; do [ -d "$rd/checkpoints" ] || ready=0; done
-  [ $ready -eq 1 ] && evaluate
+  [ $ready -eq 1 ] && [ "${CURVES_EVAL_DURING:-1}" = 1 ] && evaluate
   sleep 15
 done
 failed=0
