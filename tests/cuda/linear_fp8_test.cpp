@@ -80,7 +80,8 @@ TEST_F(LinearFp8Cuda, DitForwardErrorBesideBf16) {
   for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.02);  // non-trivial weights (adaLN and the head start at zero)
   model->to(at::kCUDA, at::kFloat);
   model->eval();
-  at::Tensor x = at::randn({16, 4, 32, 32}, at::kCUDA), t = at::randint(0, 1000, {16}, at::kCUDA), y = at::randint(0, 1000, {16}, at::kCUDA);
+  const auto ids = at::TensorOptions().device(at::kCUDA).dtype(at::kLong);  // randint's default dtype is float
+  at::Tensor x = at::randn({16, 4, 32, 32}, at::kCUDA), t = at::randint(0, 1000, {16}, ids), y = at::randint(0, 1000, {16}, ids);
   at::globalContext().setAllowTF32CuBLAS(false);
   const at::Tensor ref = model->forward(x, t, y);
   model->to(at::kBFloat16);
