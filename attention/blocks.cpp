@@ -4,10 +4,10 @@
 
 #include "attention/feature_maps.h"
 #include "attention/gated_tail.h"
-#include "attention/linear.h"
+#include "ops/linear.h"
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
-#include "attention/split_heads.h"
+#include "ops/split_heads.h"
 
 namespace nala::attention {
 
@@ -20,9 +20,9 @@ SoftmaxAttention::SoftmaxAttention(int64_t dim, int64_t heads) : heads_(heads) {
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (split_heads.h)
-  const auto t = split_heads(linear(qkv, x).view({B, N, 3, heads_, d}));              // 3 × (B, N, H, d)
+  const auto t = ops::split_heads(ops::linear(qkv, x).view({B, N, 3, heads_, d}));              // 3 × (B, N, H, d)
   at::Tensor o = softmax_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2));  // (B, H, N, d)
-  return linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
+  return ops::linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
 }
 
 GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg) : heads_(heads), cfg_(cfg) {
@@ -41,7 +41,7 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
   // strided views; the backward writes the projection's gradient in one pass (split_heads.h), v's
   // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
-  const auto t = split_heads(linear(qkvg, x).view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
+  const auto t = ops::split_heads(ops::linear(qkvg, x).view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)
@@ -51,7 +51,7 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
   at::Tensor y = gated_tail(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
                             norm->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
-  return linear(proj, y);                                                // (B, N, D)
+  return ops::linear(proj, y);                                                // (B, N, D)
 }
 
 std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg) {

@@ -4,7 +4,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
-#include "attention/fused_ops.h"
+#include "ops/fused_ops.h"
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/gated_tail_cuda.h"
@@ -168,12 +168,12 @@ at::Tensor gated_tail_fused(const at::Tensor& o, const at::Tensor& v, const at::
                             const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {
   check_args(o, v, g, lepe_w, grid_h, grid_w);
   return GatedTailFn::apply(o, v, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, grid_h, grid_w, eps,
-                            int64_t(fused_result_dtype(o)));
+                            int64_t(ops::fused_result_dtype(o)));
 }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                       const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {
-  if (!o.is_cuda() || !fused_block_ops()) return gated_tail_reference(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps);
+  if (!o.is_cuda() || !ops::fused_block_ops()) return gated_tail_reference(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps);
   return gated_tail_fused(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps);
 }
 

@@ -6,7 +6,7 @@
 // o: (B, H, N, d), the attention output as nala_attention returns it (strided views are read in
 // place, unit stride along d); v, g: (B, N, D) views of the qkvg projection (unit channel stride);
 // N = grid_h·grid_w tokens in row-major order, D = H·d. Without LePE, lepe_w and lepe_b are
-// undefined. On CUDA with fused block ops on (attention/fused_ops.h) this is one operation with a
+// undefined. On CUDA with fused block ops on (ops/fused_ops.h) this is one operation with a
 // hand-derived backward (four kernels in all: attention/cuda/gated_tail_kernels.cu; o, u and the
 // gradients never go through a layout copy); elsewhere it is the plain composition below.
 #pragma once

@@ -14,7 +14,7 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
-#include "attention/linear_fp8.h"
+#include "ops/linear_fp8.h"
 #include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
 #include "samplers/graphed_net.h"
@@ -28,7 +28,7 @@ int bench_sample(int argc, char** argv) {
       "batch", "images", cxxopts::value<int64_t>()->default_value("64"))("image-size", "pixels", cxxopts::value<int64_t>()->default_value("256"))(
       "sampling-steps", "steps of the full run the img/s refers to", cxxopts::value<int64_t>()->default_value("250"))(
       "measure", "steps timed", cxxopts::value<int>()->default_value("10"))("cfg-scale", "guidance", cxxopts::value<double>()->default_value("1.5"))(
-      "dtypes", "comma list of bf16, fp32, fp8 (bf16 with the linear layers' GEMMs in FP8, attention/linear_fp8.h)",
+      "dtypes", "comma list of bf16, fp32, fp8 (bf16 with the linear layers' GEMMs in FP8, ops/linear_fp8.h)",
       cxxopts::value<std::string>()->default_value("bf16,fp32"))(
       "cuda-graphs", "off, on or both: the network call as a CUDA graph", cxxopts::value<std::string>()->default_value("off"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
@@ -61,7 +61,7 @@ int bench_sample(int argc, char** argv) {
         try {
           if (dts != "bf16" && dts != "fp32" && dts != "fp8") throw std::runtime_error("unknown dtype '" + dts + "' (known: bf16, fp32, fp8)");
           const auto dt = dts == "fp32" ? at::kFloat : at::kBFloat16;
-          attention::clear_fp8_linears();  // the previous row's model and its FP8 weights go away
+          ops::clear_fp8_linears();  // the previous row's model and its FP8 weights go away
           auto cfg = models::model_config(name);
           cfg.input_size = L;
           torch::manual_seed(0);
@@ -106,7 +106,7 @@ int bench_sample(int argc, char** argv) {
       }
     }
   }
-  attention::clear_fp8_linears();
+  ops::clear_fp8_linears();
   if (failed_rows) std::fprintf(stderr, "nala bench: %d row(s) failed\n", failed_rows);
   return failed_rows ? 1 : 0;
 }

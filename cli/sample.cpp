@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "attention/linear_fp8.h"
+#include "ops/linear_fp8.h"
 #include "models/checkpoint.h"
 #include "models/dit.h"
 #include "models/vae.h"

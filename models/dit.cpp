@@ -1,6 +1,6 @@
 #include "models/dit.h"
 #include "models/guidance.h"
-#include "models/block_ops.h"
+#include "ops/block_ops.h"
 
 #include <cmath>
 
@@ -8,8 +8,9 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
 
-#include "attention/linear.h"
-#include "attention/linear_fp8.h"
+#include "ops/linear.h"
+#include "ops/linear_fp8.h"
+#include "ops/linear_gelu.h"
 
 namespace nala::models {
 
@@ -64,21 +65,7 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
 }
 
 at::Tensor Mlp::forward(const at::Tensor& x) {
-  if (x.is_cuda() && fused_block_ops()) {
-    const at::Tensor &w = fc1->weight, &b = fc1->bias;
-    const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || b.requires_grad());
-    if (!grad && !attention::fp8_weight(w) && x.scalar_type() == w.scalar_type() && b.scalar_type() == w.scalar_type()) {
-      // sampling: bias + GELU(tanh) in fc1's GEMM epilogue (cuBLASLt's GELU_BIAS, through at::_addmm_activation)
-      const at::Tensor h = at::_addmm_activation(b, x.reshape({-1, x.size(-1)}), w.t(), 1, 1, /*use_gelu=*/true);  // (N·T, hidden)
-      std::vector<int64_t> shape = x.sizes().vec();
-      shape.back() = h.size(1);
-      return attention::linear(fc2, h.view(shape));  // (N, T, D)
-    }
-    // training (or FP8 fc1): fc1's bias joins the GELU in one kernel with its backward (models/block_ops.h)
-    return attention::linear(fc2, bias_gelu(attention::linear_without_bias(*fc1, x), b));  // (N, T, D)
-  }
-  // on the CPU the GEMM adds the bias, as the official model
-  return attention::linear(fc2, at::gelu(attention::linear(fc1, x), "tanh"));                                            // (N, T, D)
+  return ops::linear(fc2, ops::linear_gelu(*fc1, x));  // (N, T, D)
 }
 
 namespace {
@@ -98,12 +85,12 @@ DiTBlock::DiTBlock(const ModelConfig& c) {
 
 at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
-  // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); models/block_ops.h fuses the chains
+  // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); ops/block_ops.h fuses the chains
   const double eps = norm1->options.eps();
-  const auto a = layer_norm_modulate_residual(x, m[0], m[1], eps);                          // (N, T, D) ×2
-  const at::Tensor h = gated_residual(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w));  // (N, T, D)
-  const auto b = layer_norm_modulate_residual(h, m[3], m[4], eps);                          // (N, T, D) ×2
-  return gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
+  const auto a = ops::layer_norm_modulate_residual(x, m[0], m[1], eps);                          // (N, T, D) ×2
+  const at::Tensor h = ops::gated_residual(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w));  // (N, T, D)
+  const auto b = ops::layer_norm_modulate_residual(h, m[3], m[4], eps);                          // (N, T, D) ×2
+  return ops::gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
 }
 
 FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
@@ -114,7 +101,7 @@ FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
 
 at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
   auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
-  return attention::linear(linear, layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
+  return ops::linear(linear, ops::layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
 }
 
 PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) {
@@ -202,7 +189,7 @@ int64_t DiT::use_fp8_linears() {
     for (const auto& item : b->named_modules("", /*include_self=*/false))
       if (auto* l = item.value()->as<torch::nn::Linear>(); l && item.key().rfind("adaLN_modulation", 0) != 0) layers.push_back(l);
   layers.push_back(final_layer->linear.get());
-  return attention::use_fp8_linears(layers);
+  return ops::use_fp8_linears(layers);
 }
 
 int64_t DiT::parameter_count() const {

@@ -96,7 +96,7 @@ class DiT : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
   int64_t parameter_count() const;
-  // FP8 sampling (attention/linear_fp8.h): the token-wise linear layers (M = batch × tokens: the
+  // FP8 sampling (ops/linear_fp8.h): the token-wise linear layers (M = batch × tokens: the
   // attention's projections, the MLP, the head) run their GEMMs in FP8 from now on while no gradient
   // is wanted; the per-sample conditioning layers (timestep MLP, adaLN, M = batch) stay in the
   // model's dtype: their GEMMs are small and their error would reach every token. Returns how many

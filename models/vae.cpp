@@ -11,7 +11,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include "attention/linear.h"
+#include "ops/linear.h"
 #include "models/checkpoint.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -61,9 +61,9 @@ struct AttentionBlock : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) {
     const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
     at::Tensor h = group_norm_->forward(x).view({B, C, H * W}).transpose(1, 2);          // (B, HW, C)
-    at::Tensor q = attention::linear(to_q, h).unsqueeze(1), k = attention::linear(to_k, h).unsqueeze(1), v = attention::linear(to_v, h).unsqueeze(1);  // (B, 1, HW, C)
+    at::Tensor q = ops::linear(to_q, h).unsqueeze(1), k = ops::linear(to_k, h).unsqueeze(1), v = ops::linear(to_v, h).unsqueeze(1);  // (B, 1, HW, C)
     at::Tensor o = at::scaled_dot_product_attention(q, k, v).squeeze(1);                   // (B, HW, C)
-    o = attention::linear(*to_out[0]->as<Linear>(), o).transpose(1, 2).reshape({B, C, H, W});
+    o = ops::linear(*to_out[0]->as<Linear>(), o).transpose(1, 2).reshape({B, C, H, W});
     return o + x;
   }
 };

@@ -32,7 +32,7 @@ for step in "${steps[@]}"; do
               -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$logs/configure.log" 2>&1 \
           || { tail -30 "$logs/configure.log"; note "configure FAILED"; exit 1; }
       fi
-      ninja -C build-device -j "$(nproc)" nala nala_testtool nala_cuda_tests nala_ops > "$logs/build.log" 2>&1 \
+      ninja -C build-device -j "$(nproc)" nala nala_testtool nala_cuda_tests nala_torch_ext > "$logs/build.log" 2>&1 \
         || { grep -E "error|FAILED" "$logs/build.log" | head -30; note "build FAILED"; exit 1; }
       grep -E "NCCL headers" "$logs/configure.log" | tee -a "$summary"
       note "build: ok ($(( $(date +%s) - t0 )) s)"

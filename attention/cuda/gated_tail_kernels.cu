@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "attention/cuda/vec_io.cuh"
+#include "ops/cuda/vec_io.cuh"
 
 namespace nala::attention::cuda {
 namespace {

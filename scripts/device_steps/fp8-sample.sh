@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FP8 sampling (attention/linear_fp8.h, `nala sample --dtype fp8`): the CUDA tests of the FP8 path,
+# FP8 sampling (ops/linear_fp8.h, `nala sample --dtype fp8`): the CUDA tests of the FP8 path,
 # then DDPM 250 + CFG 1.5 sampling throughput of DiT-XL/2 and NaLaDiT-XL/2 (batch 64) in bf16 and
 # fp8, eager and with the network call as a CUDA graph, fp8 once more without fast accumulation,
 # and the official model's step eager / compiled, all in one run (one file: fp8_sample.md).

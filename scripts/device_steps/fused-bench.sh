@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused block kernels (models/block_ops.h) in the same run as the unfused path
+# The fused block kernels (ops/block_ops.h) in the same run as the unfused path
 # (NALA_FUSED_BLOCKS=0) and the compiled PyTorch peer: training (batch 256, 256 px latents) and
 # DDPM+CFG sampling of DiT-XL/2 (batch 64, 250 steps extrapolated).
 out=$1

@@ -1,4 +1,4 @@
-// The fused DiT block kernels (models/cuda/) against float64 truth and against the plain ATen
+// The fused DiT block kernels (ops/cuda/) against float64 truth and against the plain ATen
 // composition run on the GPU in the same dtypes: fp32 within 1e-5 relative; bf16/fp16 within 2x of
 // the composition's own error (+ a floor of one rounding). Forward and backward, awkward sizes,
 // the adaLN chunks as strided views, bitwise repeatable; then a whole DiT-S/2 step fused vs unfused.
@@ -13,11 +13,12 @@
 
 #include "cuda_test_util.h"
 
-#include "models/block_ops.h"
-#include "models/cuda/block_cuda.h"
+#include "ops/block_ops.h"
+#include "ops/cuda/block_cuda.h"
 #include "models/dit.h"
-#include "attention/split_heads.h"
+#include "ops/split_heads.h"
 
+using namespace nala::ops;
 using namespace nala::models;
 
 namespace {
@@ -170,7 +171,7 @@ TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
       at::Tensor t0 = at::randn({3, 37, P, 6, 64}, at::TensorOptions().dtype(dt).device(at::kCUDA));
       auto run = [&](const at::Tensor& base) {
         at::Tensor t = base.clone().requires_grad_(true);
-        auto parts = nala::attention::split_heads(t);
+        auto parts = nala::ops::split_heads(t);
         at::Tensor loss = (parts[0].transpose(1, 2).contiguous().to(at::kFloat) * 1.5).sum() + (parts[2].to(at::kFloat) * parts[2].to(at::kFloat)).sum();
         if (P == 4) loss = loss + parts[3].to(at::kFloat).sum();
         loss.backward();
@@ -182,7 +183,7 @@ TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
       // fused tail writes, added in the gather; the CPU path adds with ATen
       auto run_repeat = [&](const at::Tensor& base) {
         at::Tensor t = base.clone().requires_grad_(true);
-        auto parts = nala::attention::split_heads(t, 2);
+        auto parts = nala::ops::split_heads(t, 2);
         at::Tensor v_tok = parts[P].reshape({3, 37, 6 * 64});  // (B, N, D) view
         at::Tensor loss = (parts[2].transpose(1, 2).to(at::kFloat) * 0.75).sum() + (v_tok.to(at::kFloat) * v_tok.to(at::kFloat)).sum() +
                           parts[1].to(at::kFloat).sum();

@@ -18,10 +18,11 @@
 #include "cuda_test_util.h"
 
 #include "attention/cuda/gated_tail_cuda.h"
-#include "attention/fused_ops.h"
+#include "ops/fused_ops.h"
 #include "attention/gated_tail.h"
 
 using namespace nala::attention;
+using namespace nala::ops;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// FP8 linear layers on CUDA (attention/linear_fp8.h): the row-quantization kernel bit for bit
+// FP8 linear layers on CUDA (ops/linear_fp8.h): the row-quantization kernel bit for bit
 // against its ATen composition; at::_scaled_mm with row-wise scales against the same products of
 // dequantized operands in float32; a DiT forward with every fitting layer in FP8 against float32,
 // beside bf16's error (what `nala bench sample --dtypes fp8` also prints).
@@ -12,13 +12,13 @@
 
 #include "cuda_test_util.h"
 
-#include "attention/cuda/quantize_fp8.h"
-#include "attention/linear_fp8.h"
+#include "ops/cuda/quantize_fp8.h"
+#include "ops/linear_fp8.h"
 #include "models/dit.h"
 #include "models/model_config.h"
 
 using nala::test::rel;
-using namespace nala::attention;
+using namespace nala::ops;
 
 namespace {
 

@@ -10,9 +10,9 @@
 
 #include "cuda_test_util.h"
 
-#include "attention/cuda/column_sum.h"
-#include "attention/fused_ops.h"
-#include "attention/linear.h"
+#include "ops/cuda/column_sum.h"
+#include "ops/fused_ops.h"
+#include "ops/linear.h"
 
 using nala::test::rel;
 
@@ -22,7 +22,7 @@ class LinearCuda : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
-    nala::attention::set_fused_block_ops(true);
+    nala::ops::set_fused_block_ops(true);
   }
 };
 
@@ -33,8 +33,8 @@ TEST_F(LinearCuda, ColumnSumMatchesFloat64) {
     for (auto [R, C] : {std::pair<int64_t, int64_t>{65536, 1536}, {65536, 384}, {37, 8}, {1, 264}, {3000, 1152}, {0, 16}}) {
       torch::manual_seed(R + C);
       at::Tensor x = at::randn({R, C}, at::kCUDA).to(dt);
-      ASSERT_TRUE(nala::attention::cuda::column_sum_supported(x));
-      at::Tensor s = nala::attention::cuda::column_sum(x), s2 = nala::attention::cuda::column_sum(x);
+      ASSERT_TRUE(nala::ops::cuda::column_sum_supported(x));
+      at::Tensor s = nala::ops::cuda::column_sum(x), s2 = nala::ops::cuda::column_sum(x);
       at::Tensor truth = x.to(at::kDouble).sum(0);
       EXPECT_EQ(s.scalar_type(), at::kFloat);
       EXPECT_TRUE(at::equal(s, s2)) << "not bitwise repeatable";
@@ -43,7 +43,7 @@ TEST_F(LinearCuda, ColumnSumMatchesFloat64) {
       EXPECT_LT(e, 1e-6) << dt << " " << R << "x" << C;  // float32 accumulation of exact inputs
     }
   }
-  EXPECT_FALSE(nala::attention::cuda::column_sum_supported(at::randn({4, 6}, at::kCUDA).to(at::kBFloat16)));  // 12-byte rows
+  EXPECT_FALSE(nala::ops::cuda::column_sum_supported(at::randn({4, 6}, at::kCUDA).to(at::kBFloat16)));  // 12-byte rows
 }
 
 TEST_F(LinearCuda, LinearEqualsAtLinear) {
@@ -54,16 +54,16 @@ TEST_F(LinearCuda, LinearEqualsAtLinear) {
       m->to(at::kCUDA);
       at::Tensor x0 = at::randn(sizes, at::kCUDA), gy = at::randn({sizes[0], sizes[1], 1536}, at::kCUDA);
       auto run = [&](bool fused) {
-        nala::attention::set_fused_block_ops(fused);
+        nala::ops::set_fused_block_ops(fused);
         for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
         at::Tensor x = x0.clone().requires_grad_(true);
         at::Tensor y;
         {
           nala::test::Autocast ac(bf16);
-          y = nala::attention::linear(m, x);
+          y = nala::ops::linear(m, x);
           (y.to(at::kFloat) * gy).sum().backward();
         }
-        nala::attention::set_fused_block_ops(true);
+        nala::ops::set_fused_block_ops(true);
         return std::vector<at::Tensor>{y.detach(), x.grad(), m->weight.grad().clone(), m->bias.grad().clone()};
       };
       auto f = run(true), p = run(false);

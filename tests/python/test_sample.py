@@ -72,7 +72,7 @@ def test_deterministic_from_init_noise(tmp, ckpt, sampler):
 
 
 def test_fp8_linear_layers(tmp, ckpt):
-    """--dtype fp8 (on the CPU: the exact emulation of the FP8 GEMMs, attention/linear_fp8.h) samples the
+    """--dtype fp8 (on the CPU: the exact emulation of the FP8 GEMMs, ops/linear_fp8.h) samples the
     same noise a little differently from fp32 and says how many layers it switched (an FID batch
     started in fp32 is not resumed in fp8: tests/python/test_sigkill.py)."""
     rng = np.random.default_rng(1)

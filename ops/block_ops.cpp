@@ -1,0 +1,187 @@
+#include "ops/block_ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#ifdef NALA_WITH_CUDA
+#include "ops/cuda/block_cuda.h"
+#endif
+
+namespace nala::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// LayerNorm backward through the modulation. With x̂ = (x − μ)·r (r = 1/σ), y = x̂·(1 + s) + b and
+// g = ∂L/∂y · (1 + s):  ∂L/∂x = r·(g − mean_D(g) − x̂·mean_D(g·x̂))  (the LayerNorm gradient of
+// Ba et al. 2016 with the affine weight 1 + s), ∂L/∂s = Σ_T ∂L/∂y·x̂, ∂L/∂b = Σ_T ∂L/∂y.
+tensor_list layer_norm_modulate_backward_aten(const at::Tensor& dout_in, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
+                                              const at::Tensor& scale) {
+  const at::ScalarType ct = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;  // compute type
+  at::Tensor dout = dout_in.to(ct), xf = x.to(ct);
+  at::Tensor xhat = (xf - mean.to(ct)) * rstd.to(ct);                                   // (N, T, D)
+  at::Tensor g = dout * (1 + scale.to(ct).unsqueeze(1));                                // (N, T, D)
+  at::Tensor dx = rstd.to(ct) * (g - g.mean(-1, true) - xhat * (g * xhat).mean(-1, true));  // (N, T, D)
+  return {dx.to(x.scalar_type()), dout.sum(1), (dout * xhat).sum(1)};                  // dx, dshift (N, D), dscale (N, D)
+}
+
+struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
+  // outputs: the modulated x, and x itself (see layer_norm_modulate_residual)
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
+                             int64_t out_dtype_int) {
+    const auto out_dtype = at::ScalarType(out_dtype_int);
+    const bool grad = x.requires_grad() || shift.requires_grad() || scale.requires_grad();
+    at::Tensor out, mean, rstd;
+#ifdef NALA_WITH_CUDA
+    if (cuda::layer_norm_modulate_supported(x, out_dtype)) {
+      std::tie(out, mean, rstd) = cuda::layer_norm_modulate_forward(x, shift, scale, eps, out_dtype, grad);
+    }
+#endif
+    if (!out.defined()) {
+      // the plain composition's arithmetic: native_layer_norm is what at::layer_norm runs
+      const int64_t D = x.size(-1);
+      at::Tensor xhat;
+      at::Tensor xc = x.is_cuda() ? x.to(at::kFloat) : x;  // under CUDA autocast LayerNorm runs in float32
+      std::tie(xhat, mean, rstd) = at::native_layer_norm(xc, {D}, {}, {}, eps);            // (N, T, D), (N, T, 1) ×2
+      out = (xhat * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)).to(out_dtype);         // (N, T, D)
+    }
+    if (grad) {
+      ctx->save_for_backward({x, mean, rstd, scale});
+      ctx->saved_data["shift_dtype"] = int64_t(shift.scalar_type());
+      ctx->saved_data["out_dtype"] = int64_t(out_dtype);
+    }
+    return {out, x};
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3];
+    const at::Tensor& dres = grads[1];  // the residual path's gradient (undefined where x was not used so)
+    const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(x, x.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
+    tensor_list r;
+#ifdef NALA_WITH_CUDA
+    if (cuda::layer_norm_modulate_supported(x, dout.scalar_type())) {
+      auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale, dres);
+      r = {dx, dshift, dscale};
+    }
+#endif
+    if (r.empty()) {
+      r = layer_norm_modulate_backward_aten(dout, x, mean, rstd, scale);
+      if (dres.defined()) r[0] = r[0] + dres.to(r[0].scalar_type());
+    }
+    const auto shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
+    return {r[0], r[1].to(shift_dtype), r[2].to(scale.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct GatedResidualFn : torch::autograd::Function<GatedResidualFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+    at::Tensor out;
+#ifdef NALA_WITH_CUDA
+    if (cuda::gated_residual_supported(x, y)) out = cuda::gated_residual_forward(x, gate, y);
+#endif
+    if (!out.defined()) out = x + gate.unsqueeze(1) * y;  // (N, T, D), the plain composition
+    if (gate.requires_grad() || y.requires_grad()) ctx->save_for_backward({gate, y});
+    ctx->saved_data["x_dtype"] = int64_t(x.scalar_type());
+    return out;
+  }
+
+  // ∂L/∂x = ∂L/∂out, ∂L/∂y = ∂L/∂out · gate, ∂L/∂gate = Σ_T ∂L/∂out · y
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const at::Tensor& dout = grads[0];
+    const auto x_dtype = at::ScalarType(ctx->saved_data["x_dtype"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    if (saved.empty()) return {dout.to(x_dtype), at::Tensor(), at::Tensor()};
+    const at::Tensor &gate = saved[0], &y = saved[1];
+    at::Tensor dy, dgate;
+#ifdef NALA_WITH_CUDA
+    if (cuda::gated_residual_supported(dout, y)) std::tie(dy, dgate) = cuda::gated_residual_backward(dout, gate, y);
+#endif
+    if (!dy.defined()) {
+      const at::ScalarType ct = dout.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      dy = dout.to(ct) * gate.to(ct).unsqueeze(1);         // (N, T, D)
+      dgate = (dout.to(ct) * y.to(ct)).sum(1);             // (N, D)
+    }
+    return {dout.to(x_dtype), dgate.to(gate.scalar_type()), dy.to(y.scalar_type())};
+  }
+};
+
+struct BiasGeluFn : torch::autograd::Function<BiasGeluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, const at::Tensor& bias) {
+    at::Tensor out;
+#ifdef NALA_WITH_CUDA
+    if (cuda::bias_gelu_supported(y)) out = cuda::bias_gelu_forward(y, bias);
+#endif
+    if (!out.defined()) {
+      const at::ScalarType ct = y.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      out = at::gelu(y.to(ct) + bias.to(ct), "tanh").to(y.scalar_type());  // (..., F)
+    }
+    ctx->save_for_backward({y, bias});
+    return out;
+  }
+
+  // ∂L/∂y = ∂L/∂out · GELU'(y + b), ∂L/∂b = Σ_rows ∂L/∂y
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &y = saved[0], &bias = saved[1];
+    at::Tensor dy, db;
+#ifdef NALA_WITH_CUDA
+    if (cuda::bias_gelu_supported(y)) std::tie(dy, db) = cuda::bias_gelu_backward(grads[0], y, bias);
+#endif
+    if (!dy.defined()) {
+      const at::ScalarType ct = y.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      at::Tensor d = at::gelu_backward(grads[0].to(ct), y.to(ct) + bias.to(ct), "tanh");  // (..., F)
+      db = d.reshape({-1, d.size(-1)}).sum(0);
+      dy = d.to(y.scalar_type());
+    }
+    return {dy, db.to(bias.scalar_type())};
+  }
+};
+
+}  // namespace
+
+at::Tensor layer_norm_modulate_reference(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, eps) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);  // (N, T, D)
+}
+
+at::Tensor gated_residual_reference(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+  return x + gate.unsqueeze(1) * y;  // (N, T, D)
+}
+
+at::Tensor layer_norm_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  if (!fused_block_ops()) return layer_norm_modulate_reference(x, shift, scale, eps);
+  TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate: x must be (N, T, D) and shift, scale (N, D), got ",
+              x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
+  return LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(fused_result_dtype(x)))[0];
+}
+
+ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  if (!fused_block_ops()) return {layer_norm_modulate_reference(x, shift, scale, eps), x};
+  TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate: x must be (N, T, D) and shift, scale (N, D), got ",
+              x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
+  auto outs = LayerNormModulateFn::apply(x, shift, scale, eps, int64_t(fused_result_dtype(x)));
+  return {outs[0], outs[1]};
+}
+
+at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+  if (!fused_block_ops()) return gated_residual_reference(x, gate, y);
+  TORCH_CHECK(x.dim() == 3 && gate.dim() == 2 && y.sizes() == x.sizes(), "gated_residual: x, y must be (N, T, D) and gate (N, D), got ", x.sizes(),
+              ", ", gate.sizes(), ", ", y.sizes());
+  return GatedResidualFn::apply(x, gate, y);
+}
+
+}  // namespace nala::ops
+
+namespace nala::ops {
+
+at::Tensor bias_gelu_reference(const at::Tensor& y, const at::Tensor& bias) { return at::gelu(y + bias, "tanh"); }
+
+at::Tensor bias_gelu(const at::Tensor& y, const at::Tensor& bias) {
+  if (!fused_block_ops()) return bias_gelu_reference(y, bias);
+  TORCH_CHECK(bias.dim() == 1 && y.dim() >= 1 && y.size(-1) == bias.size(0), "bias_gelu: y (..., F) and bias (F,) expected, got ", y.sizes(), ", ",
+              bias.sizes());
+  return BiasGeluFn::apply(y, bias);
+}
+
+}  // namespace nala::ops

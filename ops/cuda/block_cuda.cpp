@@ -1,0 +1,210 @@
+#include "ops/cuda/block_cuda.h"
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "ops/cuda/block_kernels.h"
+
+namespace nala::ops::cuda {
+namespace {
+
+bool kernel_dtype(at::ScalarType t, DType& out) {
+  switch (t) {
+    case at::kFloat: out = DType::F32; return true;
+    case at::kHalf: out = DType::F16; return true;
+    case at::kBFloat16: out = DType::BF16; return true;
+    default: return false;
+  }
+}
+
+DType dtype_of(const at::Tensor& t) {
+  DType d;
+  TORCH_CHECK(kernel_dtype(t.scalar_type(), d), "fused block kernels: unsupported dtype ", t.scalar_type());
+  return d;
+}
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// (N, T, D) rows, contiguous and aligned (a copy where not)
+at::Tensor rows(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return aligned16(c) ? c : c.clone();
+}
+
+// one float32 vector per sample, (N, D) contiguous
+at::Tensor per_sample(const at::Tensor& v, const at::Tensor& x, const char* name) {
+  TORCH_CHECK(v.dim() == 2 && v.size(0) == x.size(0) && v.size(1) == x.size(2), "fused block op: ", name, " must be (N, D) = (", x.size(0), ", ",
+              x.size(2), "), got ", v.sizes());
+  return rows(v.to(at::kFloat));
+}
+
+RowShape shape_of(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 3, "fused block op: x must be (N, T, D), got ", x.sizes());
+  RowShape s;
+  s.N = x.size(0);
+  s.T = x.size(1);
+  s.D = int(x.size(2));
+  s.rows_per_chunk = 32;
+  return s;
+}
+
+void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+
+at::Tensor sum_chunks(const at::Tensor& part) { return part.sum(1); }  // (N, chunks, D) -> (N, D), in order
+
+}  // namespace
+
+bool layer_norm_modulate_supported(const at::Tensor& x, at::ScalarType out_dtype) {
+  DType a, b;
+  return x.is_cuda() && x.dim() == 3 && x.numel() > 0 && kernel_dtype(x.scalar_type(), a) && kernel_dtype(out_dtype, b) &&
+         layer_norm_modulate_supported(a, b, int(x.size(2)));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const at::Tensor& x_in, const at::Tensor& shift, const at::Tensor& scale,
+                                                                           double eps, at::ScalarType out_dtype, bool save_stats) {
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in);
+  LayerNormModulateParams p;
+  p.s = shape_of(x);
+  const at::Tensor sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype));  // (N, T, D)
+  at::Tensor mean, rstd;
+  if (save_stats) {
+    mean = at::empty({p.s.N, p.s.T, 1}, x.options().dtype(at::kFloat));  // (N, T, 1)
+    rstd = at::empty_like(mean);
+  }
+  p.eps = float(eps);
+  p.x_type = dtype_of(x);
+  p.out_type = dtype_of(out);
+  p.x = x.data_ptr();
+  p.shift = sh.data_ptr<float>();
+  p.scale = sc.data_ptr<float>();
+  p.out = out.data_ptr();
+  p.mean = save_stats ? mean.data_ptr<float>() : nullptr;
+  p.rstd = save_stats ? rstd.data_ptr<float>() : nullptr;
+  launch_layer_norm_modulate_forward(p, stream());
+  return {out, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const at::Tensor& mean,
+                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in) {
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in), dout = rows(dout_in);
+  LayerNormModulateParams p;
+  p.s = shape_of(x);
+  TORCH_CHECK(dout.sizes() == x.sizes(), "layer_norm_modulate backward: grad ", dout.sizes(), " vs x ", x.sizes());
+  const at::Tensor sc = per_sample(scale, x, "scale");
+  const at::Tensor mu = mean.to(at::kFloat).contiguous(), rs = rstd.to(at::kFloat).contiguous();
+  TORCH_CHECK(mu.numel() == p.s.N * p.s.T && rs.numel() == mu.numel(), "layer_norm_modulate backward: statistics of ", mu.numel(), " rows, expected ",
+              p.s.N * p.s.T);
+  at::Tensor dres;
+  if (dres_in.defined()) {
+    dres = rows(dres_in.to(x.scalar_type()));
+    TORCH_CHECK(dres.sizes() == x.sizes(), "layer_norm_modulate backward: residual grad ", dres.sizes(), " vs x ", x.sizes());
+  }
+  at::Tensor dx = at::empty_like(x);                                                   // (N, T, D)
+  at::Tensor ds = at::empty({p.s.N, p.s.chunks(), p.s.D}, x.options().dtype(at::kFloat));  // (N, chunks, D)
+  at::Tensor dh = at::empty_like(ds);
+  p.x_type = dtype_of(x);
+  p.out_type = dtype_of(dout);
+  p.x = x.data_ptr();
+  p.dout = dout.data_ptr();
+  p.dres = dres.defined() ? dres.data_ptr() : nullptr;
+  p.mean = const_cast<float*>(mu.data_ptr<float>());
+  p.rstd = const_cast<float*>(rs.data_ptr<float>());
+  p.scale = sc.data_ptr<float>();
+  p.dx = dx.data_ptr();
+  p.dscale_part = ds.data_ptr<float>();
+  p.dshift_part = dh.data_ptr<float>();
+  launch_layer_norm_modulate_backward(p, stream());
+  return {dx, sum_chunks(dh), sum_chunks(ds)};
+}
+
+bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y) {
+  DType a, b;
+  return x.is_cuda() && y.is_cuda() && x.dim() == 3 && x.sizes() == y.sizes() && x.numel() > 0 && kernel_dtype(x.scalar_type(), a) &&
+         kernel_dtype(y.scalar_type(), b) && gated_residual_supported(a, b, int(x.size(2)));
+}
+
+at::Tensor gated_residual_forward(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in) {
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in), y = rows(y_in);
+  GatedResidualParams p;
+  p.s = shape_of(x);
+  TORCH_CHECK(y.sizes() == x.sizes(), "gated_residual: y ", y.sizes(), " vs x ", x.sizes());
+  const at::Tensor g = per_sample(gate, x, "gate");
+  at::Tensor out = at::empty_like(x);  // (N, T, D)
+  p.x_type = dtype_of(x);
+  p.y_type = dtype_of(y);
+  p.x = x.data_ptr();
+  p.y = y.data_ptr();
+  p.gate = g.data_ptr<float>();
+  p.out = out.data_ptr();
+  launch_gated_residual_forward(p, stream());
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout_in, const at::Tensor& gate, const at::Tensor& y_in) {
+  c10::cuda::CUDAGuard guard(y_in.device());
+  const at::Tensor y = rows(y_in), dout = rows(dout_in);
+  GatedResidualParams p;
+  p.s = shape_of(y);
+  TORCH_CHECK(dout.sizes() == y.sizes(), "gated_residual backward: grad ", dout.sizes(), " vs y ", y.sizes());
+  const at::Tensor g = per_sample(gate, y, "gate");
+  at::Tensor dy = at::empty_like(y);                                                   // (N, T, D)
+  at::Tensor dg = at::empty({p.s.N, p.s.chunks(), p.s.D}, y.options().dtype(at::kFloat));  // (N, chunks, D)
+  p.x_type = dtype_of(dout);
+  p.y_type = dtype_of(y);
+  p.dout = dout.data_ptr();
+  p.y = y.data_ptr();
+  p.gate = g.data_ptr<float>();
+  p.dy = dy.data_ptr();
+  p.dgate_part = dg.data_ptr<float>();
+  launch_gated_residual_backward(p, stream());
+  return {dy, sum_chunks(dg)};
+}
+
+bool bias_gelu_supported(const at::Tensor& y) {
+  DType a;
+  return y.is_cuda() && y.dim() >= 1 && y.numel() > 0 && y.size(-1) % 4 == 0 && kernel_dtype(y.scalar_type(), a);
+}
+
+namespace {
+BiasGeluParams bias_gelu_params(const at::Tensor& y, const at::Tensor& b) {
+  TORCH_CHECK(b.dim() == 1 && b.size(0) == y.size(-1), "bias_gelu: bias must be (", y.size(-1), ",), got ", b.sizes());
+  BiasGeluParams p;
+  p.F = int(y.size(-1));
+  p.rows = y.numel() / p.F;
+  p.y_type = dtype_of(y);
+  p.y = y.data_ptr();
+  p.bias = b.data_ptr<float>();
+  return p;
+}
+}  // namespace
+
+at::Tensor bias_gelu_forward(const at::Tensor& y_in, const at::Tensor& bias) {
+  c10::cuda::CUDAGuard guard(y_in.device());
+  const at::Tensor y = rows(y_in), b = rows(bias.to(at::kFloat));
+  BiasGeluParams p = bias_gelu_params(y, b);
+  at::Tensor out = at::empty_like(y);  // (..., F)
+  p.out = out.data_ptr();
+  launch_bias_gelu_forward(p, stream());
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& dout_in, const at::Tensor& y_in, const at::Tensor& bias) {
+  c10::cuda::CUDAGuard guard(y_in.device());
+  const at::Tensor y = rows(y_in), b = rows(bias.to(at::kFloat)), dout = rows(dout_in.to(y_in.scalar_type()));
+  TORCH_CHECK(dout.sizes() == y.sizes(), "bias_gelu backward: grad ", dout.sizes(), " vs y ", y.sizes());
+  BiasGeluParams p = bias_gelu_params(y, b);
+  at::Tensor dy = at::empty_like(y);                                              // (..., F)
+  at::Tensor part = at::empty({p.chunks(), p.F}, y.options().dtype(at::kFloat));  // (chunks, F)
+  p.dout = dout.data_ptr();
+  p.dy = dy.data_ptr();
+  p.dbias_part = part.data_ptr<float>();
+  launch_bias_gelu_backward(p, stream());
+  return {dy, part.sum(0)};
+}
+
+}  // namespace nala::ops::cuda

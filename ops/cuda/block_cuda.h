@@ -1,0 +1,32 @@
+// ATen entry points of the fused DiT block kernels (ops/cuda/block_kernels.cu). Each checks its
+// arguments; *_supported says whether the kernels take these tensors (CUDA, dtype pair, D), and the
+// callers (ops/block_ops.cpp) use the ATen formulas otherwise.
+#pragma once
+#include <tuple>
+
+#include <ATen/core/Tensor.h>
+
+namespace nala::ops::cuda {
+
+bool layer_norm_modulate_supported(const at::Tensor& x, at::ScalarType out_dtype);
+// x (N, T, D); shift, scale (N, D) any float type. Returns out (N, T, D) in out_dtype and, when
+// save_stats, mean and rstd (N, T, 1) float32.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                                                                           double eps, at::ScalarType out_dtype, bool save_stats);
+// Returns dx (x's dtype, plus dres where defined), dshift, dscale (N, D) float32.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout, const at::Tensor& x, const at::Tensor& mean,
+                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres);
+
+bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y);
+// x, y (N, T, D); gate (N, D). Returns x + gate·y in x's dtype.
+at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
+// Returns dy (y's dtype) and dgate (N, D) float32.
+std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y);
+
+bool bias_gelu_supported(const at::Tensor& y);
+// y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.
+at::Tensor bias_gelu_forward(const at::Tensor& y, const at::Tensor& bias);
+// Returns dy (y's dtype) and dbias (F,) float32.
+std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& dout, const at::Tensor& y, const at::Tensor& bias);
+
+}  // namespace nala::ops::cuda

@@ -1,0 +1,436 @@
+// Fused DiT block kernels: LayerNorm + adaLN modulate, and the gated residual, forward and
+// backward. One warp a row (a token's D channels); a lane holds 4·NV channels in registers. The
+// backward kernels also sum the per-sample vectors' gradients over tokens: each block sums its
+// chunk of one sample's tokens and writes one partial (no atomics: deterministic).
+// CPU counterpart and formulas: ops/block_ops.cpp.
+#include "ops/cuda/block_kernels.h"
+
+#include "ops/cuda/vec_io.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace nala::ops::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // warps a block
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel ") + what + " failed to launch: " + cudaGetErrorString(e));
+}
+
+using namespace nala::cuda_vec;  // load4, store4, warp_sum
+
+// Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
+// the block's partial for sample n, chunk c.
+__device__ __forceinline__ void write_partial(const float* sm, float* part, int64_t n, int c, int chunks, int D) {
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float s = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += sm[w * D + d];
+    part[(n * chunks + c) * D + d] = s;
+  }
+}
+
+// ---- LayerNorm + modulate ----
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
+                                                                 const float* __restrict__ scale, TO* __restrict__ out,
+                                                                 float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                                                 int64_t rows, int64_t T, int D, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int D4 = D / 4;
+  const int64_t n = row / T;
+  float v[NV][4];
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D4) {
+      load4(x + row * D + 4 * c, v[j]);
+      s += v[j][0] + v[j][1] + v[j][2] + v[j][3];
+    }
+  }
+  const float mean = warp_sum(s) / float(D);
+  float q = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float d = v[j][e] - mean;
+        q += d * d;
+      }
+  const float rstd = rsqrtf(warp_sum(q) / float(D) + eps);  // biased variance, as nn.LayerNorm
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D4) {
+      float sc[4], sh[4], o[4];
+      load4(scale + n * D + 4 * c, sc);
+      load4(shift + n * D + 4 * c, sh);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = (v[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
+      store4(out + row * D + 4 * c, o);
+    }
+  }
+  if (mean_out && lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
+// dshift = Σ_T dout (ops/block_ops.cpp derives them); dres, where given, is added to dx.
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
+                                                                 const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
+                                                                 const float* __restrict__ scale, const TX* __restrict__ dres, TX* __restrict__ dx,
+                                                                 float* __restrict__ dscale_part, float* __restrict__ dshift_part,
+                                                                 int64_t T, int D, int rows_per_chunk, int chunks) {
+  extern __shared__ float sm[];  // (kWarps, D)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = blockIdx.y;
+  const int chunk = blockIdx.x;
+  const int D4 = D / 4;
+  float acc_scale[NV][4] = {}, acc_shift[NV][4] = {};
+  float sc[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) load4(scale + n * D + 4 * (lane + 32 * j), sc[j]);
+  const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
+  for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
+    const int64_t row = n * T + t;
+    const float mu = mean_in[row], r = rstd_in[row];
+    float xh[NV][4], g[NV][4];
+    // the residual gradient is loaded with x and dout (before the reductions, not after: one memory
+    // latency a row instead of two) where the registers allow it
+    constexpr bool kEarlyRes = NV <= 6;
+    float res[kEarlyRes ? NV : 1][4];
+    float sg = 0, sgx = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float dy[4];
+        load4(x + row * D + 4 * c, xh[j]);
+        load4(dout + row * D + 4 * c, dy);
+        if (kEarlyRes && dres) load4(dres + row * D + 4 * c, res[kEarlyRes ? j : 0]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          xh[j][e] = (xh[j][e] - mu) * r;
+          g[j][e] = dy[e] * (1.0f + sc[j][e]);
+          sg += g[j][e];
+          sgx += g[j][e] * xh[j][e];
+          acc_scale[j][e] += dy[e] * xh[j][e];
+          acc_shift[j][e] += dy[e];
+        }
+      }
+    }
+    const float mg = warp_sum(sg) / float(D), mgx = warp_sum(sgx) / float(D);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = r * (g[j][e] - mg - xh[j][e] * mgx);
+        if (dres) {
+          float a[4];
+          if (kEarlyRes) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[e] = res[kEarlyRes ? j : 0][e];
+          } else {
+            load4(dres + row * D + 4 * c, a);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[e] += a[e];
+        }
+        store4(dx + row * D + 4 * c, o);
+      }
+    }
+  }
+  // per-sample sums over this chunk's tokens: warps' partials through shared memory, in warp order
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_scale[j]);
+  __syncthreads();
+  write_partial(sm, dscale_part, n, chunk, chunks, D);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_shift[j]);
+  __syncthreads();
+  write_partial(sm, dshift_part, n, chunk, chunks, D);
+}
+
+// ---- gated residual ----
+template <typename TX, typename TY>
+__global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restrict__ y, const float* __restrict__ gate, TX* __restrict__ out,
+                                   int64_t vecs, int64_t T, int D) {
+  const int D4 = D / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vecs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / D4;
+    const int c = int(i - row * D4);
+    float a[4], b[4], g[4];
+    load4(x + 4 * i, a);
+    load4(y + 4 * i, b);
+    load4(gate + (row / T) * D + 4 * c, g);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[e] += g[e] * b[e];
+    store4(out + 4 * i, a);
+  }
+}
+
+template <typename TX, typename TY, int NV>
+__global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __restrict__ dout, const TY* __restrict__ y,
+                                                                    const float* __restrict__ gate, TY* __restrict__ dy,
+                                                                    float* __restrict__ dgate_part, int64_t T, int D, int rows_per_chunk,
+                                                                    int chunks) {
+  extern __shared__ float sm[];  // (kWarps, D)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = blockIdx.y;
+  const int chunk = blockIdx.x;
+  const int D4 = D / 4;
+  float acc[NV][4] = {}, gv[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) load4(gate + n * D + 4 * (lane + 32 * j), gv[j]);
+  const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
+  for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
+    const int64_t row = n * T + t;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float d[4], b[4], o[4];
+        load4(dout + row * D + 4 * c, d);
+        load4(y + row * D + 4 * c, b);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[e] = d[e] * gv[j][e];
+          acc[j][e] += d[e] * b[e];
+        }
+        store4(dy + row * D + 4 * c, o);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc[j]);
+  __syncthreads();
+  write_partial(sm, dgate_part, n, chunk, chunks, D);
+}
+
+// ---- bias + GELU (tanh approximation) ----
+// g(u) = ½u(1 + tanh(c(u + a·u³))), c = √(2/π), a = 0.044715 (Hendrycks & Gimpel 2016);
+// g'(u) = ½(1 + t) + ½u(1 − t²)·c(1 + 3a·u²), t = tanh(c(u + a·u³))
+__device__ __forceinline__ float gelu_tanh(float u) {
+  const float t = tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u));
+  return 0.5f * u * (1.0f + t);
+}
+__device__ __forceinline__ float gelu_tanh_grad(float u) {
+  const float t = tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u));
+  return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * u * u);
+}
+
+// a thread owns 4 columns (their bias in registers) and walks rows, 4 rows' loads in flight: no
+// index division per element (the earlier flat version's 64-bit modulo made it slower than ATen's)
+template <typename TY>
+__global__ void bias_gelu_fwd(const TY* __restrict__ y, const float* __restrict__ bias, TY* __restrict__ out, int64_t rows, int F) {
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;  // vector column
+  if (c >= F / 4) return;
+  float b[4];
+  load4(bias + 4 * c, b);
+  constexpr int U = 4;
+  for (int64_t r0 = int64_t(blockIdx.x) * U; r0 < rows; r0 += int64_t(gridDim.x) * U) {
+    float a[U][4];
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (r0 + k < rows) load4(y + (r0 + k) * F + 4 * c, a[k]);
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (r0 + k < rows) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[k][e] = gelu_tanh(a[k][e] + b[e]);
+        store4(out + (r0 + k) * F + 4 * c, a[k]);
+      }
+  }
+}
+
+// a thread owns 4 columns of one chunk of rows: its column sums need no shared memory; rows go 4
+// at a time, their loads issued together (memory-level parallelism)
+template <typename TY>
+__global__ void bias_gelu_bwd(const TY* __restrict__ dout, const TY* __restrict__ y, const float* __restrict__ bias, TY* __restrict__ dy,
+                              float* __restrict__ dbias_part, int64_t rows, int F, int rows_per_chunk) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;  // vector column
+  if (c >= F / 4) return;
+  const int chunk = blockIdx.y;
+  float b[4], acc[4] = {0, 0, 0, 0};
+  load4(bias + 4 * c, b);
+  const int64_t r0 = int64_t(chunk) * rows_per_chunk;
+  const int64_t r_end = rows < r0 + rows_per_chunk ? rows : r0 + rows_per_chunk;
+  constexpr int U = 4;
+  for (int64_t r = r0; r < r_end; r += U) {
+    float d[U][4], u[U][4];
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (r + k < r_end) {
+        load4(dout + (r + k) * F + 4 * c, d[k]);
+        load4(y + (r + k) * F + 4 * c, u[k]);
+      }
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (r + k < r_end) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          d[k][e] *= gelu_tanh_grad(u[k][e] + b[e]);
+          acc[e] += d[k][e];
+        }
+        store4(dy + (r + k) * F + 4 * c, d[k]);
+      }
+  }
+  store4(dbias_part + int64_t(chunk) * F + 4 * c, acc);
+}
+
+// ---- dispatch ----
+template <DType> struct Ty;
+template <> struct Ty<DType::F32> { using T = float; };
+template <> struct Ty<DType::F16> { using T = __half; };
+template <> struct Ty<DType::BF16> { using T = __nv_bfloat16; };
+
+// channels a lane holds / 4; the smallest that covers D
+int lane_vectors(int D) {
+  const int D4 = D / 4;
+  for (int nv : {3, 6, 9, 12})
+    if (D4 <= 32 * nv) return nv;
+  return 0;
+}
+
+template <typename F>
+void with_nv(int D, F&& f) {
+  switch (lane_vectors(D)) {
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 9: f(std::integral_constant<int, 9>{}); break;
+    case 12: f(std::integral_constant<int, 12>{}); break;
+    default: throw std::runtime_error("fused block kernels: D = " + std::to_string(D) + " is not supported (D % 4 == 0, D <= 1536)");
+  }
+}
+
+// The type pairs built: (first, second) = (x, out) for LayerNorm + modulate, (x, y) for the residual.
+template <typename F>
+void with_types(DType a, DType b, const char* what, F&& f) {
+  using A = DType;
+  if (a == A::F32 && b == A::F32) f(Ty<A::F32>{}, Ty<A::F32>{});
+  else if (a == A::F32 && b == A::BF16) f(Ty<A::F32>{}, Ty<A::BF16>{});
+  else if (a == A::F32 && b == A::F16) f(Ty<A::F32>{}, Ty<A::F16>{});
+  else if (a == A::BF16 && b == A::BF16) f(Ty<A::BF16>{}, Ty<A::BF16>{});
+  else if (a == A::F16 && b == A::F16) f(Ty<A::F16>{}, Ty<A::F16>{});
+  else throw std::runtime_error(std::string("fused block kernel ") + what + ": unsupported dtype pair");
+}
+
+bool pair_supported(DType a, DType b) { return a == b || a == DType::F32; }
+
+template <typename F>
+void with_type(DType a, F&& f) {
+  if (a == DType::F32) f(Ty<DType::F32>{});
+  else if (a == DType::BF16) f(Ty<DType::BF16>{});
+  else f(Ty<DType::F16>{});
+}
+
+}  // namespace
+
+bool layer_norm_modulate_supported(DType x, DType out, int D) { return pair_supported(x, out) && D % 4 == 0 && lane_vectors(D) > 0; }
+bool gated_residual_supported(DType x, DType y, int D) { return pair_supported(x, y) && D % 4 == 0 && lane_vectors(D) > 0; }
+
+void launch_layer_norm_modulate_forward(const LayerNormModulateParams& p, void* stream) {
+  const int64_t rows = p.s.N * p.s.T;
+  const dim3 grid(unsigned((rows + kWarps - 1) / kWarps));
+  with_types(p.x_type, p.out_type, "layer_norm_modulate", [&](auto tx, auto to) {
+    using TX = typename decltype(tx)::T;
+    using TO = typename decltype(to)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      ln_modulate_fwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, 0, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.x), p.shift, p.scale, static_cast<TO*>(p.out), p.mean, p.rstd, rows, p.s.T, p.s.D, p.eps);
+    });
+  });
+  check_launch("layer_norm_modulate forward");
+}
+
+void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream) {
+  const dim3 grid(unsigned(p.s.chunks()), unsigned(p.s.N));
+  const size_t smem = size_t(kWarps) * p.s.D * sizeof(float);
+  with_types(p.x_type, p.out_type, "layer_norm_modulate", [&](auto tx, auto to) {
+    using TX = typename decltype(tx)::T;
+    using TO = typename decltype(to)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      ln_modulate_bwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
+          static_cast<const TO*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<const TX*>(p.dres), static_cast<TX*>(p.dx), p.dscale_part,
+          p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks());
+    });
+  });
+  check_launch("layer_norm_modulate backward");
+}
+
+void launch_gated_residual_forward(const GatedResidualParams& p, void* stream) {
+  const int64_t vecs = p.s.N * p.s.T * (p.s.D / 4);
+  const int threads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((vecs + threads - 1) / threads, 132 * 16));
+  with_types(p.x_type, p.y_type, "gated_residual", [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::T;
+    using TY = typename decltype(ty)::T;
+    gated_residual_fwd<TX, TY><<<blocks, threads, 0, cudaStream_t(stream)>>>(static_cast<const TX*>(p.x), static_cast<const TY*>(p.y), p.gate,
+                                                                             static_cast<TX*>(p.out), vecs, p.s.T, p.s.D);
+  });
+  check_launch("gated_residual forward");
+}
+
+void launch_gated_residual_backward(const GatedResidualParams& p, void* stream) {
+  const dim3 grid(unsigned(p.s.chunks()), unsigned(p.s.N));
+  const size_t smem = size_t(kWarps) * p.s.D * sizeof(float);
+  with_types(p.x_type, p.y_type, "gated_residual", [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::T;
+    using TY = typename decltype(ty)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      gated_residual_bwd<TX, TY, decltype(nv)::value><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.dout), static_cast<const TY*>(p.y), p.gate, static_cast<TY*>(p.dy), p.dgate_part, p.s.T, p.s.D,
+          p.s.rows_per_chunk, p.s.chunks());
+    });
+  });
+  check_launch("gated_residual backward");
+}
+
+}  // namespace nala::ops::cuda
+
+namespace nala::ops::cuda {
+
+void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream) {
+  const int threads = 128;
+  // columns along y, rows along x: 4 rows a block a pass, at most 4096 blocks along the rows
+  const dim3 grid(unsigned(std::max<int64_t>(1, std::min<int64_t>((p.rows + 3) / 4, 4096))), unsigned((p.F / 4 + threads - 1) / threads));
+  with_type(p.y_type, [&](auto ty) {
+    using TY = typename decltype(ty)::T;
+    bias_gelu_fwd<TY><<<grid, threads, 0, cudaStream_t(stream)>>>(static_cast<const TY*>(p.y), p.bias, static_cast<TY*>(p.out), p.rows, p.F);
+  });
+  check_launch("bias_gelu forward");
+}
+
+void launch_bias_gelu_backward(const BiasGeluParams& p, void* stream) {
+  const int threads = 128;
+  const dim3 grid(unsigned((p.F / 4 + threads - 1) / threads), unsigned(p.chunks()));
+  with_type(p.y_type, [&](auto ty) {
+    using TY = typename decltype(ty)::T;
+    bias_gelu_bwd<TY><<<grid, threads, 0, cudaStream_t(stream)>>>(static_cast<const TY*>(p.dout), static_cast<const TY*>(p.y), p.bias,
+                                                                  static_cast<TY*>(p.dy), p.dbias_part, p.rows, p.F, p.rows_per_chunk);
+  });
+  check_launch("bias_gelu backward");
+}
+
+}  // namespace nala::ops::cuda

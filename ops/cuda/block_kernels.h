@@ -1,0 +1,84 @@
+// Plain parameter structs of the fused DiT block kernels (no LibTorch types; ops/cuda/
+// block_cuda.cpp checks every argument and fills them). Layouts, elements (not bytes):
+//   x, y, out, dout, dres, dx, dy (rows = N·T, D) contiguous, D % 4 == 0, 16-byte aligned starts
+//   shift, scale, gate          (N, D) float32 contiguous: one vector per sample, broadcast over T
+//   mean, rstd                  (rows,) float32: LayerNorm statistics the forward saves
+//   dscale_part, dshift_part, dgate_part  (N, chunks, D) float32: per-chunk sums over the chunk's
+//                               tokens; block_cuda.cpp sums them over chunks (in order: deterministic)
+#pragma once
+#include <cstdint>
+
+namespace nala::ops::cuda {
+
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+
+struct RowShape {
+  int64_t N = 0;   // samples
+  int64_t T = 0;   // tokens per sample
+  int D = 0;       // channels
+  int rows_per_chunk = 32;  // tokens per block of the reducing backward kernels
+  int chunks() const { return int((T + rows_per_chunk - 1) / rows_per_chunk); }
+};
+
+// out = LayerNorm(x) · (1 + scale) + shift   (no affine, eps; DiT models.py:19-20, 101-123)
+struct LayerNormModulateParams {
+  RowShape s;
+  float eps = 1e-6f;
+  DType x_type = DType::F32, out_type = DType::F32;
+  const void* x = nullptr;
+  const float* shift = nullptr;
+  const float* scale = nullptr;
+  void* out = nullptr;
+  float* mean = nullptr;  // may be null (no backward follows)
+  float* rstd = nullptr;
+  // backward
+  const void* dout = nullptr;
+  const void* dres = nullptr;  // may be null: a gradient reaching x by another path (the residual), added to dx
+  void* dx = nullptr;
+  float* dscale_part = nullptr;
+  float* dshift_part = nullptr;
+};
+
+// out = x + gate · y   (the gated residual, DiT models.py:117-118)
+struct GatedResidualParams {
+  RowShape s;
+  DType x_type = DType::F32, y_type = DType::F32;  // out and dout have x's type
+  const void* x = nullptr;
+  const void* y = nullptr;
+  const float* gate = nullptr;
+  void* out = nullptr;
+  // backward: dy = dout · gate, dgate = Σ_T dout · y (dx = dout needs no kernel)
+  const void* dout = nullptr;
+  void* dy = nullptr;
+  float* dgate_part = nullptr;
+};
+
+// out = GELU_tanh(y + bias)   (fc1 of the MLP, DiT models.py uses nn.GELU(approximate="tanh"))
+struct BiasGeluParams {
+  int64_t rows = 0;  // y viewed as (rows, F)
+  int F = 0;         // F % 4 == 0
+  int rows_per_chunk = 64;
+  int chunks() const { return int((rows + rows_per_chunk - 1) / rows_per_chunk); }
+  DType y_type = DType::BF16;  // out, dout and dy have y's type
+  const void* y = nullptr;
+  const float* bias = nullptr;  // (F,)
+  void* out = nullptr;
+  // backward: dy = dout · GELU'(y + bias), dbias = Σ_rows dy (partials (chunks, F) float32)
+  const void* dout = nullptr;
+  void* dy = nullptr;
+  float* dbias_part = nullptr;
+};
+
+// The (x, out) or (x, y) type pairs the kernels are built for; others use the ATen composition.
+bool layer_norm_modulate_supported(DType x, DType out, int D);
+bool gated_residual_supported(DType x, DType y, int D);
+
+// Launch on `stream` (a cudaStream_t); throw std::runtime_error on launch errors.
+void launch_layer_norm_modulate_forward(const LayerNormModulateParams& p, void* stream);
+void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream);
+void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
+void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);
+void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream);
+void launch_bias_gelu_backward(const BiasGeluParams& p, void* stream);
+
+}  // namespace nala::ops::cuda

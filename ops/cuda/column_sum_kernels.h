@@ -1,0 +1,24 @@
+// Plain parameters of the column-sum kernels (ops/cuda/column_sum_kernels.cu); the LibTorch
+// entry is ops/cuda/column_sum.h.
+#pragma once
+#include <cstdint>
+
+namespace nala::ops::cuda {
+
+struct ColumnSumParams {
+  const void* x = nullptr;  // (R, C) contiguous, rows 16-byte aligned
+  int64_t R = 0;
+  int C = 0;
+  int element_size = 2;  // 4: float32; 2: bf16 (bf16 = true) or fp16
+  bool bf16 = true;
+  float* part = nullptr;  // (splits, C) scratch
+  float* out = nullptr;   // (C)
+  // set by column_sum_plan
+  int col_blocks = 0, splits = 0;
+  int64_t rows_per_block = 0;
+};
+
+void column_sum_plan(ColumnSumParams& p, int sms);  // grid and row ranges for this device
+void launch_column_sum(const ColumnSumParams& p, void* stream);
+
+}  // namespace nala::ops::cuda

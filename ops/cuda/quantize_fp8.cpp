@@ -1,0 +1,44 @@
+#include "ops/cuda/quantize_fp8.h"
+
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "ops/cuda/column_sum.h"
+#include "ops/cuda/quantize_fp8_kernels.h"
+
+namespace nala::ops::cuda {
+
+// the layout the column sum reads (a contiguous (R, K) float32 / bf16 / fp16 matrix with 16-byte rows)
+bool quantize_rows_supported(const at::Tensor& x) { return column_sum_supported(x); }
+
+std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
+  TORCH_CHECK(quantize_rows_supported(x), "quantize_rows: needs a contiguous (R, K) CUDA float32/bf16/fp16 matrix with 16-byte rows, got ",
+              x.sizes(), " ", x.scalar_type());
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));  // (R, K)
+  at::Tensor s = at::empty({x.size(0), 1}, x.options().dtype(at::kFloat));     // (R, 1)
+  QuantizeRowsParams p;
+  p.x = x.data_ptr();
+  p.R = x.size(0);
+  p.K = int(x.size(1));
+  p.dtype = x.scalar_type() == at::kFloat ? QuantizeRowsParams::Dtype::f32
+            : x.scalar_type() == at::kBFloat16 ? QuantizeRowsParams::Dtype::bf16 : QuantizeRowsParams::Dtype::f16;
+  p.q = static_cast<uint8_t*>(q.data_ptr());
+  p.scale = s.data_ptr<float>();
+  launch_quantize_rows(p, at::cuda::getCurrentCUDAStream().stream());
+  return {q, s};
+}
+
+bool fp8_gemm_available(const c10::Device& device, std::string* why) {
+  if (!device.is_cuda()) return false;
+  const auto* prop = at::cuda::getDeviceProperties(device.index() < 0 ? at::cuda::current_device() : device.index());
+  if (prop->major >= 9) return true;
+  if (why) *why = std::string(prop->name) + " is sm_" + std::to_string(prop->major) + std::to_string(prop->minor) +
+                  "; FP8 GEMMs with row-wise scales need sm_90 or newer (H100, H200)";
+  return false;
+}
+
+}  // namespace nala::ops::cuda

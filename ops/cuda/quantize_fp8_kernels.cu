@@ -1,0 +1,86 @@
+// Row-wise FP8 (e4m3) quantization, one pass over the input (parameters: quantize_fp8_kernels.h;
+// definition: ops/linear_fp8.h). A warp owns a row: its lanes read the row in 16-byte
+// vectors, reduce max |x| across the warp, then read the row again (from L1/L2: a row is at most a
+// few KB) and write q = sat(x / s) rounded to nearest even in e4m3, s = max(amax, 1e-12) / 448.
+// The division and the rounding are those of ATen's composition (x.float() / s, clamp to ±448,
+// .to(float8_e4m3fn)), so the two agree bit for bit (tests/cuda/linear_fp8_test.cpp).
+#include "ops/cuda/quantize_fp8_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace nala::ops::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // rows a block
+constexpr float kE4m3Max = 448.f;
+
+template <typename T>
+__device__ __forceinline__ float to_f(T v) { return float(v); }
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __restrict__ x, int64_t R, int K, uint8_t* __restrict__ q,
+                                                                    float* __restrict__ scale) {
+  constexpr int V = 16 / int(sizeof(T));  // elements a vector
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= R) return;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
+  const int nvec = K / V;
+  float amax = 0.f;
+  for (int v = lane; v < nvec; v += 32) {
+    const uint4 raw = __ldg(xr + v);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(to_f(e[i])));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float s = fmaxf(amax, 1e-12f) / kE4m3Max;
+  if (lane == 0) scale[row] = s;
+  uint8_t* qr = q + row * K;
+  for (int v = lane; v < nvec; v += 32) {
+    const uint4 raw = __ldg(xr + v);
+    const T* e = reinterpret_cast<const T*>(&raw);
+    uint8_t out[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(to_f(e[i]) / s, -kE4m3Max), kE4m3Max), __NV_SATFINITE, __NV_E4M3);
+    if constexpr (V == 8) {
+      *reinterpret_cast<uint2*>(qr + v * V) = *reinterpret_cast<const uint2*>(out);
+    } else {
+      *reinterpret_cast<uint32_t*>(qr + v * V) = *reinterpret_cast<const uint32_t*>(out);
+    }
+  }
+}
+
+template <typename T>
+void launch_typed(const QuantizeRowsParams& p, cudaStream_t st) {
+  const unsigned blocks = unsigned((p.R + kWarps - 1) / kWarps);
+  quantize_rows_kernel<T><<<blocks, kWarps * 32, 0, st>>>(static_cast<const T*>(p.x), p.R, p.K, p.q, p.scale);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel quantize_rows failed to launch: ") + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+void launch_quantize_rows(const QuantizeRowsParams& p, void* stream) {
+  if (p.R == 0) return;
+  if (p.R > int64_t(2147483647) * kWarps) throw std::runtime_error("quantize_rows: " + std::to_string(p.R) + " rows are too many for one launch");
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (p.dtype) {
+    case QuantizeRowsParams::Dtype::f32: launch_typed<float>(p, st); break;
+    case QuantizeRowsParams::Dtype::bf16: launch_typed<__nv_bfloat16>(p, st); break;
+    case QuantizeRowsParams::Dtype::f16: launch_typed<__half>(p, st); break;
+  }
+}
+
+}  // namespace nala::ops::cuda

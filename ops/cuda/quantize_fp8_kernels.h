@@ -1,0 +1,19 @@
+// Plain parameters of the row-wise FP8 quantization kernel (ops/cuda/quantize_fp8_kernels.cu);
+// the LibTorch entry is ops/cuda/quantize_fp8.h, the definition ops/linear_fp8.h.
+#pragma once
+#include <cstdint>
+
+namespace nala::ops::cuda {
+
+struct QuantizeRowsParams {
+  const void* x = nullptr;  // (R, K) contiguous, 16-byte aligned, K·element size a multiple of 16
+  int64_t R = 0;
+  int K = 0;
+  enum class Dtype { f32, bf16, f16 } dtype = Dtype::bf16;
+  uint8_t* q = nullptr;    // (R, K) float8_e4m3fn bits
+  float* scale = nullptr;  // (R) float32: max(max_k |x[r, k]|, 1e-12) / 448
+};
+
+void launch_quantize_rows(const QuantizeRowsParams& p, void* stream);
+
+}  // namespace nala::ops::cuda

@@ -1,0 +1,17 @@
+// One switch for every fused block operation (the DiT block chains of ops/block_ops.h and the
+// gated NaLa block's tail of attention/gated_tail.h): NALA_FUSED_BLOCKS=1 (default) runs the fused
+// operations with their own backward (CUDA kernels where they take the tensors); 0 runs the plain
+// ATen composition on every device, the unfused reference path. Any other value is an error.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace nala::ops {
+
+bool fused_block_ops();  // read from NALA_FUSED_BLOCKS at first use
+void set_fused_block_ops(bool on);
+
+// The dtype a fused operation returns for input x: the autocast dtype under CUDA autocast (what
+// the next GEMM reads), else x's own.
+at::ScalarType fused_result_dtype(const at::Tensor& x);
+
+}  // namespace nala::ops

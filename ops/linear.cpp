@@ -1,0 +1,89 @@
+#include "ops/linear.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/autograd.h>
+
+#include "ops/fused_ops.h"
+#include "ops/linear_fp8.h"
+
+#ifdef NALA_WITH_CUDA
+#include "ops/cuda/column_sum.h"
+#endif
+
+namespace nala::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Σ over the rows of g2 (R, C) in float32 (C): the kernel on CUDA, ATen elsewhere
+at::Tensor column_sum(const at::Tensor& g2) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::column_sum_supported(g2)) return cuda::column_sum(g2);
+#endif
+  return g2.sum(0, false, g2.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // (C)
+}
+
+// x (…, in) and w (out, in) of one dtype (autocast's casts happen before, where autograd sees
+// them); b (out) in its own dtype, cast inside; its gradient is returned in b's dtype.
+struct LinearFn : torch::autograd::Function<LinearFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    return at::linear(x, w, b.to(x.scalar_type()));  // (…, out)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const int64_t out = w.size(0), in = w.size(1);
+    const at::Tensor g2 = grads[0].reshape({-1, out}).contiguous();  // (R, out)
+    at::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = g2.mm(w).view(x.sizes());                               // (…, in)
+    if (ctx->needs_input_grad(1)) dw = g2.t().mm(x.reshape({-1, in}));                          // (out, in)
+    if (ctx->needs_input_grad(2)) db = column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt()));  // (out)
+    return {dx, dw, db};
+  }
+};
+
+}  // namespace
+
+at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  TORCH_CHECK(b.defined(), "linear_op: needs a bias");
+  TORCH_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0), "linear_op: input ", x.sizes(), ", weight ", w.sizes(),
+              " and bias ", b.sizes(), " do not fit");
+  at::Tensor xc = x, wc = w;
+  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {  // as autocast casts at::linear's inputs
+    const at::ScalarType dt = at::autocast::get_autocast_dtype(at::kCUDA);
+    xc = at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA);
+    wc = at::autocast::cached_cast(dt, w, c10::DeviceType::CUDA);
+  }
+  TORCH_CHECK(xc.scalar_type() == wc.scalar_type(), "linear_op: input ", xc.scalar_type(), " and weight ", wc.scalar_type(), " differ");
+  return LinearFn::apply(xc, wc, b);
+}
+
+namespace {
+bool wants_grad(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
+}
+}  // namespace
+
+at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x) {
+  const at::Tensor &w = m.weight, &b = m.bias;
+  const bool training = wants_grad(x, w, b);
+  if (!training)
+    if (const Fp8Rows* q = fp8_weight(w)) return linear_fp8(x, *q, b);
+  if (b.defined() && x.is_cuda() && training && fused_block_ops() && x.is_contiguous()) return linear_op(x, w, b);
+  return at::linear(x, w, b);
+}
+
+at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x) {
+  if (!wants_grad(x, m.weight, at::Tensor()))
+    if (const Fp8Rows* q = fp8_weight(m.weight)) return linear_fp8(x, *q, at::Tensor());
+  return at::linear(x, m.weight);
+}
+
+}  // namespace nala::ops

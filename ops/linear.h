@@ -1,0 +1,30 @@
+// Linear layers. For a contiguous input of any rank at::linear runs one GEMM with the bias fused
+// into the epilogue, and under autocast the bias is cast with the weight. LibTorch's
+// torch::nn::Linear::forward (torch::nn::functional::linear) instead runs matmul and then
+// `output += bias` for inputs of rank > 2: a second pass over the output, computed in float32 when
+// a float32 bias meets a bf16 output under autocast (measured on the H200: 23 ms of a 176 ms
+// DiT-S/2 training step at batch 256; docs/benchmarks.md).
+// Training on CUDA with the fused block operations on (ops/fused_ops.h), the layer is one
+// autograd operation whose backward runs the two GEMMs as at::linear's does and the bias gradient
+// Σ_rows ∂L/∂y with nala's column-sum kernel (ops/cuda/column_sum.h), in float32 straight
+// into the float32 bias' gradient: ATen's bf16 reduction of the same sum was 2.6 ms of a
+// NaLaDiT-S/2 step on the H200 (docs/benchmarks.md).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/linear.h>
+
+namespace nala::ops {
+
+// y = x Wᵀ + b of a torch::nn::Linear (parameters as registered, so checkpoint keys are unchanged).
+// A layer registered by use_fp8_linears (ops/linear_fp8.h) runs its FP8 GEMM while no
+// gradient is wanted.
+at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x);
+inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return linear(*m, x); }
+// x Wᵀ without the bias (for a fused bias + activation after it), likewise in FP8 where registered
+at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x);
+
+// The layer as its own autograd operation on any device (what linear() uses on CUDA when training;
+// the CPU tests check its backward against autograd of at::linear). b must be defined.
+at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+
+}  // namespace nala::ops

@@ -1,0 +1,132 @@
+#include "ops/linear_fp8.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#ifdef NALA_WITH_CUDA
+#include "ops/cuda/quantize_fp8.h"
+#endif
+
+namespace nala::ops {
+namespace {
+
+constexpr double kE4m3Max = 448.0;  // largest finite float8_e4m3fn
+
+struct Registered {
+  at::Tensor weight;  // the parameter itself (kept alive, so its address is not reused)
+  at::ScalarType dtype;
+  const void* data = nullptr;
+  int64_t version = -1;
+  Fp8Rows q;
+};
+
+std::mutex registry_mutex;
+std::unordered_map<const c10::TensorImpl*, Registered> registry;
+std::atomic<bool> any_registered{false};
+
+bool fits(const torch::nn::LinearImpl& l) { return l.weight.dim() == 2 && l.weight.size(0) % 16 == 0 && l.weight.size(1) % 16 == 0; }
+
+void quantize_weight(Registered& r) {
+  const at::NoGradGuard ng;
+  r.q = quantize_rows_fp8(r.weight.detach().contiguous());  // (out, in), (out, 1)
+  r.data = r.weight.data_ptr();
+  r.version = r.weight._version();
+}
+
+}  // namespace
+
+Fp8Rows quantize_rows_fp8_reference(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, "quantize_rows_fp8: needs a (rows, features) matrix, got ", x.sizes());
+  const at::Tensor xf = x.to(at::kFloat);                                                   // (R, K)
+  // a tensor divisor: ATen on CUDA turns division by a Python/C++ scalar into a product with its
+  // reciprocal (1/448 is not exact), which differs from amax / 448 in the last bit of some rows
+  const at::Tensor amax = xf.abs().amax(1, true).clamp_min(1e-12);                          // (R, 1)
+  const at::Tensor s = amax.div(at::full_like(amax, kE4m3Max));                             // (R, 1)
+  return {xf.div(s).clamp(-kE4m3Max, kE4m3Max).to(at::kFloat8_e4m3fn), s};                 // (R, K), (R, 1)
+}
+
+Fp8Rows quantize_rows_fp8(const at::Tensor& x) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::quantize_rows_supported(x)) {
+    auto [q, s] = cuda::quantize_rows(x);
+    return {q, s};
+  }
+#endif
+  return quantize_rows_fp8_reference(x);
+}
+
+bool fp8_fast_accum() {
+  static const bool on = [] {
+    const char* v = std::getenv("NALA_FP8_FAST_ACCUM");
+    if (!v || std::string(v) == "1") return true;
+    if (std::string(v) == "0") return false;
+    throw std::runtime_error(std::string("NALA_FP8_FAST_ACCUM must be 0 or 1, got '") + v + "'");
+  }();
+  return on;
+}
+
+at::Tensor linear_fp8(const at::Tensor& x, const Fp8Rows& w, const at::Tensor& b) {
+  const int64_t out = w.q.size(0), in = w.q.size(1);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear_fp8: input ", x.sizes(), " does not fit a weight of ", w.q.sizes());
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out;
+  const at::Tensor x2 = x.reshape({-1, in}).contiguous();  // (R, in)
+  if (x2.size(0) == 0) return at::zeros(shape, x.options());
+  const Fp8Rows xq = quantize_rows_fp8(x2);                // (R, in), (R, 1)
+  at::Tensor y;
+  if (x.is_cuda()) {
+    // row-wise scales: A (R, in) row-major, B = q_Wᵀ (in, out) column-major, scales (R, 1) and (1, out); bf16 out
+    const std::optional<at::Tensor> bias = b.defined() ? std::optional<at::Tensor>(b.to(at::kBFloat16)) : std::nullopt;
+    y = at::_scaled_mm(xq.q, w.q.t(), xq.scale, w.scale.view({1, out}), bias, std::nullopt, at::kBFloat16, fp8_fast_accum());  // (R, out)
+  } else {
+    // the twin: the same products of dequantized operands, accumulated in float32
+    y = at::linear(xq.q.to(at::kFloat) * xq.scale, w.q.to(at::kFloat) * w.scale, b.defined() ? b.to(at::kFloat) : at::Tensor());  // (R, out)
+  }
+  return y.to(x.scalar_type()).view(shape);  // (…, out)
+}
+
+int64_t use_fp8_linears(const std::vector<torch::nn::LinearImpl*>& layers) {
+  int64_t n = 0;
+  for (auto* l : layers) {
+    if (!l || !fits(*l)) continue;
+#ifdef NALA_WITH_CUDA
+    std::string why;
+    if (l->weight.is_cuda() && !cuda::fp8_gemm_available(l->weight.device(), &why)) throw std::runtime_error("FP8 linear layers: " + why);
+#endif
+    Registered r;
+    r.weight = l->weight;
+    r.dtype = l->weight.scalar_type();
+    quantize_weight(r);
+    const std::lock_guard<std::mutex> lock(registry_mutex);
+    registry[l->weight.unsafeGetTensorImpl()] = std::move(r);
+    ++n;
+  }
+  if (n) any_registered = true;
+  return n;
+}
+
+const Fp8Rows* fp8_weight(const at::Tensor& w) {
+  if (!any_registered.load(std::memory_order_relaxed) || !w.defined()) return nullptr;
+  const std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry.find(w.unsafeGetTensorImpl());
+  if (it == registry.end()) return nullptr;
+  Registered& r = it->second;
+  if (w.scalar_type() != r.dtype) return nullptr;  // the model moved to another dtype (an fp32 reference run, say)
+  if (w.data_ptr() != r.data || w._version() != r.version) quantize_weight(r);  // moved or changed in place
+  return &r.q;
+}
+
+void clear_fp8_linears() {
+  const std::lock_guard<std::mutex> lock(registry_mutex);
+  registry.clear();
+  any_registered = false;
+}
+
+}  // namespace nala::ops

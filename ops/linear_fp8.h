@@ -1,0 +1,47 @@
+// FP8 linear layers for sampling (`nala sample --dtype fp8`): y = x Wᵀ + b with both GEMM operands
+// in float8_e4m3fn and float32 scales, one a row of x (a token) and one a row of W (an output
+// channel):
+//   s_x[r] = max(max_k |x[r, k]|, 1e-12) / 448,   q_x[r, k] = e4m3(clamp(x[r, k] / s_x[r], ±448))
+//   y[r, o] = Σ_k (q_x[r, k] s_x[r]) (q_W[o, k] s_W[o]) + b[o]
+// with e4m3 rounding to nearest even (448 is e4m3's largest finite value). On CUDA the GEMM is
+// at::_scaled_mm (FP8 tensor cores, float32 accumulation, bf16 result) and the row quantization
+// one kernel (ops/cuda/quantize_fp8.h); elsewhere the same arithmetic runs in ATen on the
+// dequantized operands (the CPU twin that CI tests). Everything but these GEMMs (attention,
+// LayerNorm, the element-wise ops) stays in the model's dtype.
+// A model opts in with use_fp8_linears(): ops::linear (ops/linear.h) then takes this
+// path for every registered layer while no gradient is wanted; training never does.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/linear.h>
+
+namespace nala::ops {
+
+struct Fp8Rows {
+  at::Tensor q;      // (R, K) float8_e4m3fn
+  at::Tensor scale;  // (R, 1) float32
+};
+
+// the definition above, row by row: the CUDA kernel where it takes x, ATen elsewhere
+Fp8Rows quantize_rows_fp8(const at::Tensor& x);  // x (R, K)
+Fp8Rows quantize_rows_fp8_reference(const at::Tensor& x);  // the ATen composition on any device
+
+// y (…, out) in x's dtype; w as made by quantize_rows_fp8 of the weight (out, in); b (out) or undefined
+at::Tensor linear_fp8(const at::Tensor& x, const Fp8Rows& w, const at::Tensor& b);
+
+// Registers the layers whose in and out features are multiples of 16 (what the FP8 GEMM takes);
+// returns how many. Weights are quantized now and again whenever they change (data or version); a
+// layer is used in FP8 only while its weight has the dtype it had here. Throws for CUDA weights on
+// a device without FP8 GEMMs. (A model picks its layers: models::DiT::use_fp8_linears.)
+int64_t use_fp8_linears(const std::vector<torch::nn::LinearImpl*>& layers);
+// the registered quantized weight of w, or nullptr
+const Fp8Rows* fp8_weight(const at::Tensor& w);
+// forgets every registration (tests; a model that goes away)
+void clear_fp8_linears();
+// NALA_FP8_FAST_ACCUM=1 (default) lets the tensor cores accumulate without periodic promotion
+// (at::_scaled_mm's use_fast_accum); 0 promotes. Any other value is an error.
+bool fp8_fast_accum();
+
+}  // namespace nala::ops

@@ -1,0 +1,62 @@
+// linear_op (ops/linear.h): the layer as its own autograd operation, whose backward runs the
+// two GEMMs and the bias gradient as a column sum; against autograd of at::linear in float64 and
+// float32, for 2-D and 3-D inputs and for any subset of inputs needing a gradient.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "ops/linear.h"
+
+using namespace nala::ops;
+
+namespace {
+
+double rel(const at::Tensor& a, const at::Tensor& b) { return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-300); }
+
+}  // namespace
+
+TEST(LinearOp, EqualsAtLinearForwardAndBackward) {
+  torch::manual_seed(0);
+  for (auto dt : {at::kDouble, at::kFloat}) {
+    for (auto sizes : {std::vector<int64_t>{7, 12}, std::vector<int64_t>{3, 5, 12}}) {
+      for (int mask = 1; mask < 8; ++mask) {  // which of x, w, b need a gradient
+        at::Tensor x0 = at::randn(sizes, dt), w0 = at::randn({9, 12}, dt), b0 = at::randn({9}, dt);
+        at::Tensor gy = at::randn(sizes, dt).narrow(-1, 0, 9).contiguous();
+        auto run = [&](bool ours) {
+          at::Tensor x = x0.clone().requires_grad_(mask & 1), w = w0.clone().requires_grad_(mask & 2), b = b0.clone().requires_grad_(mask & 4);
+          at::Tensor y = ours ? linear_op(x, w, b) : at::linear(x, w, b);
+          (y * gy).sum().backward();
+          return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+        };
+        auto a = run(true), r = run(false);
+        const double tol = dt == at::kDouble ? 1e-13 : 1e-6;
+        EXPECT_LT(rel(a[0], r[0]), tol);
+        for (int i = 1; i < 4; ++i) {
+          ASSERT_EQ(a[i].defined(), r[i].defined()) << "gradient " << i << " mask " << mask;
+          if (!a[i].defined()) continue;
+          EXPECT_EQ(a[i].scalar_type(), r[i].scalar_type());
+          EXPECT_LT(rel(a[i], r[i]), tol) << "gradient " << i << " mask " << mask << " " << dt;
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearOp, BadShapesAreNamed) {
+  try {
+    linear_op(at::randn({2, 5}), at::randn({3, 4}), at::randn({3}));
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("do not fit"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(linear_op(at::randn({2, 4}), at::randn({3, 4}), at::Tensor()), std::exception);
+}
+
+TEST(LinearOp, LinearModuleKeepsAtLinearOffCuda) {
+  // on the CPU linear() is at::linear itself: bitwise the same output and gradients
+  torch::nn::Linear m(6, 4);
+  at::Tensor x = at::randn({2, 3, 6}, at::TensorOptions().requires_grad(true));
+  at::Tensor y = linear(m, x);
+  EXPECT_TRUE(at::equal(y, at::linear(x, m->weight, m->bias)));
+}
