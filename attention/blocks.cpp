@@ -19,7 +19,7 @@ SoftmaxAttention::SoftmaxAttention(int64_t dim, int64_t heads) : heads_(heads) {
 
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
-  // strided views; the backward writes the projection's gradient in one pass (split_heads.h)
+  // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h)
   const auto t = ops::split_heads(ops::linear(qkv, x).view({B, N, 3, heads_, d}));              // 3 × (B, N, H, d)
   at::Tensor o = softmax_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2));  // (B, H, N, d)
   return ops::linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
@@ -39,7 +39,7 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
-  // strided views; the backward writes the projection's gradient in one pass (split_heads.h), v's
+  // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h), v's
   // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
   const auto t = ops::split_heads(ops::linear(qkvg, x).view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view

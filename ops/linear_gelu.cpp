@@ -10,6 +10,7 @@
 namespace nala::ops {
 
 at::Tensor linear_gelu(const torch::nn::LinearImpl& fc1, const at::Tensor& x) {
+  TORCH_CHECK(fc1.bias.defined(), "linear_gelu: fc1 needs a bias (weight ", fc1.weight.sizes(), ")");
   if (!x.is_cuda() || !fused_block_ops()) return at::gelu(linear(fc1, x), "tanh");  // (…, hidden)
   const at::Tensor &w = fc1.weight, &b = fc1.bias;
   const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || b.requires_grad());

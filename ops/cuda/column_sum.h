@@ -1,4 +1,4 @@
-// LibTorch-facing entry of the column-sum kernel (ops/cuda/column_sum.cu): Σ over the rows
+// LibTorch-facing entry of the column-sum kernel (ops/cuda/column_sum_kernels.cu): Σ over the rows
 // of a (R, C) matrix, in float32, in a fixed order (bitwise repeatable). The bias gradient of a
 // linear layer (ops/linear.h) is this sum of the output's gradient.
 #pragma once
