@@ -10,7 +10,7 @@
 
 #include "ops/linear.h"
 #include "ops/linear_fp8.h"
-#include "ops/linear_gelu.h"
+#include "ops/mlp.h"
 
 namespace nala::models {
 
@@ -65,7 +65,7 @@ Mlp::Mlp(int64_t dim, int64_t hidden) {
 }
 
 at::Tensor Mlp::forward(const at::Tensor& x) {
-  return ops::linear(fc2, ops::linear_gelu(*fc1, x));  // (N, T, D)
+  return ops::mlp(*fc1, *fc2, x);  // (N, T, D)
 }
 
 namespace {

@@ -10,29 +10,34 @@
 namespace nala::ops {
 namespace {
 
-std::atomic<int> g_fused{-1};  // -1: not read from the environment yet
+std::atomic<int> g_fused{-1};     // -1: not read from the environment yet
+std::atomic<int> g_epilogues{-1};
 
-int fused_from_environment() {
-  const char* v = std::getenv("NALA_FUSED_BLOCKS");
-  if (!v || !*v) return 1;
+int switch_from_environment(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
   const std::string s(v);
   if (s == "1") return 1;
   if (s == "0") return 0;
-  throw std::runtime_error("environment variable NALA_FUSED_BLOCKS='" + s + "' must be 0 or 1");
+  throw std::runtime_error(std::string("environment variable ") + name + "='" + s + "' must be 0 or 1");
 }
 
-}  // namespace
-
-bool fused_block_ops() {
-  int v = g_fused.load();
+bool read_switch(std::atomic<int>& state, const char* name, int fallback) {
+  int v = state.load();
   if (v < 0) {
-    v = fused_from_environment();
-    g_fused = v;
+    v = switch_from_environment(name, fallback);
+    state = v;
   }
   return v == 1;
 }
 
+}  // namespace
+
+bool fused_block_ops() { return read_switch(g_fused, "NALA_FUSED_BLOCKS", 1); }
 void set_fused_block_ops(bool on) { g_fused = on ? 1 : 0; }
+
+bool gemm_epilogues() { return read_switch(g_epilogues, "NALA_GEMM_EPILOGUES", 0); }
+void set_gemm_epilogues(bool on) { g_epilogues = on ? 1 : 0; }
 
 at::ScalarType fused_result_dtype(const at::Tensor& x) {
   if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) return at::autocast::get_autocast_dtype(at::kCUDA);

@@ -10,6 +10,12 @@ namespace nala::ops {
 bool fused_block_ops();  // read from NALA_FUSED_BLOCKS at first use
 void set_fused_block_ops(bool on);
 
+// cuBLASLt GEMM epilogues in training (ops/mlp.h: fc1's bias + GELU in its GEMM, dGELU in the
+// GEMM of fc2's input gradient): NALA_GEMM_EPILOGUES=1 turns them on, 0 (default until measured
+// on the GPU: docs/benchmarks.md) keeps the bias-GELU kernel. Any other value is an error.
+bool gemm_epilogues();
+void set_gemm_epilogues(bool on);
+
 // The dtype a fused operation returns for input x: the autocast dtype under CUDA autocast (what
 // the next GEMM reads), else x's own.
 at::ScalarType fused_result_dtype(const at::Tensor& x);

@@ -18,14 +18,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// Σ over the rows of g2 (R, C) in float32 (C): the kernel on CUDA, ATen elsewhere
-at::Tensor column_sum(const at::Tensor& g2) {
-#ifdef NALA_WITH_CUDA
-  if (cuda::column_sum_supported(g2)) return cuda::column_sum(g2);
-#endif
-  return g2.sum(0, false, g2.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // (C)
-}
-
 // x (…, in) and w (out, in) of one dtype (autocast's casts happen before, where autograd sees
 // them); b (out) in its own dtype, cast inside; its gradient is returned in b's dtype.
 struct LinearFn : torch::autograd::Function<LinearFn> {
@@ -50,6 +42,13 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 };
 
 }  // namespace
+
+at::Tensor column_sum(const at::Tensor& g2) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::column_sum_supported(g2)) return cuda::column_sum(g2);
+#endif
+  return g2.sum(0, false, g2.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // (C)
+}
 
 at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   TORCH_CHECK(b.defined(), "linear_op: needs a bias");

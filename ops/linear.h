@@ -23,6 +23,10 @@ inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { retu
 // x Wᵀ without the bias (for a fused bias + activation after it), likewise in FP8 where registered
 at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x);
 
+// Σ over the rows of g2 (R, C), in float32 (float64 for float64): the column-sum kernel on CUDA
+// where it takes the tensor, ATen elsewhere. A bias gradient.
+at::Tensor column_sum(const at::Tensor& g2);
+
 // The layer as its own autograd operation on any device (what linear() uses on CUDA when training;
 // the CPU tests check its backward against autograd of at::linear). b must be defined.
 at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);

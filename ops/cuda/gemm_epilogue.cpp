@@ -1,0 +1,115 @@
+#include "ops/cuda/gemm_epilogue.h"
+
+#include <memory>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cublasLt.h>
+
+namespace nala::ops::cuda {
+namespace {
+
+void check(cublasStatus_t st, const char* what) {
+  TORCH_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLASLt ", what, " failed with status ", int(st));
+}
+
+cudaDataType_t cuda_dtype(at::ScalarType t) {
+  TORCH_CHECK(t == at::kBFloat16 || t == at::kHalf, "gemm epilogue: bf16 or fp16 only, got ", t);
+  return t == at::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+struct Desc {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Desc() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+template <typename T>
+void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& v, const char* what) {
+  check(cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof(v)), what);
+}
+
+// Column-major cuBLASLt terms: D (m, n), ld m, = op(A) (m, k) · B (k, n), with the epilogue set on
+// `desc.op` by the caller; A stored (k, m) with ld k when transposed, else (m, k) with ld m; B (k, n)
+// with ld k. A row-major (R, C) matrix is a column-major (C, R) one with ld C.
+void run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType_t dt, const void* A, const void* B, void* D,
+         const char* name) {
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
+  check(trans_a ? cublasLtMatrixLayoutCreate(&desc.a, dt, k, m, k) : cublasLtMatrixLayoutCreate(&desc.a, dt, m, k, m), "layout A");
+  check(cublasLtMatrixLayoutCreate(&desc.b, dt, k, n, k), "layout B");
+  check(cublasLtMatrixLayoutCreate(&desc.d, dt, m, n, m), "layout D");
+  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
+  void* ws = at::cuda::getCUDABlasLtWorkspace();
+  check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)), "workspace");
+  cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, &heur, &found), "heuristic");
+  TORCH_CHECK(found > 0, name, ": cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " with this epilogue");
+  const float alpha = 1.f, beta = 0.f;
+  check(cublasLtMatmul(handle, desc.op, &alpha, A, desc.a, B, desc.b, &beta, D, desc.d, D, desc.d, &heur.algo, ws, ws_size,
+                       at::cuda::getCurrentCUDAStream().stream()),
+        name);
+}
+
+bool rows16(const at::Tensor& t) { return t.size(-1) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+}  // namespace
+
+bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w) {
+  if (!x.is_cuda() || !w.is_cuda() || x.dim() != 2 || w.dim() != 2 || !x.is_contiguous() || !w.is_contiguous()) return false;
+  if (x.scalar_type() != w.scalar_type() || (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf)) return false;
+  return x.size(0) > 0 && rows16(x) && rows16(w) && w.size(0) % 8 == 0;
+}
+
+std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  TORCH_CHECK(gemm_epilogue_supported(x, w) && x.size(1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0),
+              "gemm_bias_gelu_aux: input ", x.sizes(), " ", x.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), " and bias ",
+              b.sizes(), " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
+  const at::Tensor bias = b.to(x.scalar_type()).contiguous();  // (N)
+  at::Tensor h = at::empty({R, N}, x.options()), aux = at::empty({R, N}, x.options());  // (R, N) ×2
+  Desc desc;
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, "epilogue");
+  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr(), "bias pointer");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
+  // column-major: hᵀ (N, R) = wᵀ-stored (K, N) transposed · xᵀ (K, R)
+  run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), h.data_ptr(), "gemm_bias_gelu_aux");
+  return {h, aux};
+}
+
+at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux) {
+  TORCH_CHECK(g.is_cuda() && g.dim() == 2 && w.dim() == 2 && aux.dim() == 2 && g.size(1) == w.size(0) && aux.size(0) == g.size(0) &&
+                  aux.size(1) == w.size(1) && g.scalar_type() == w.scalar_type() && aux.scalar_type() == w.scalar_type() &&
+                  g.is_contiguous() && w.is_contiguous() && aux.is_contiguous() && g.size(0) > 0 && rows16(g) && rows16(w) && rows16(aux),
+              "gemm_dgelu: gradient ", g.sizes(), " ", g.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), " and aux ",
+              aux.sizes(), " ", aux.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
+  const c10::cuda::CUDAGuard guard(g.device());
+  const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
+  at::Tensor dy = at::empty({R, N}, g.options());  // (R, N)
+  Desc desc;
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU, "epilogue");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
+  // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
+  run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu");
+  return dy;
+}
+
+}  // namespace nala::ops::cuda

@@ -1,0 +1,25 @@
+// GEMMs with cuBLASLt epilogues for the DiT MLP in training (ops/mlp.h). Row-major tensors; the
+// GELU is the tanh approximation (cuBLASLt's GELU epilogues, timm's Mlp with approximate="tanh").
+//   gemm_bias_gelu_aux: h = GELU(x wᵀ + b) and aux = x wᵀ + b in one GEMM (CUBLASLT_EPILOGUE_GELU_AUX_BIAS):
+//                       fc1 forward, aux kept for the backward
+//   gemm_dgelu:         dy = GELU'(aux) ⊙ (g w) in one GEMM (CUBLASLT_EPILOGUE_DGELU): the gradient
+//                       of fc1's pre-activation, from the gradient g of fc2's output and fc2's weight w
+// The ATen compositions they replace are in ops/mlp.cpp (the CPU twin) and the CUDA tests compare
+// the two (tests/cuda/gemm_epilogue_test.cpp).
+#pragma once
+#include <array>
+
+#include <ATen/core/Tensor.h>
+
+namespace nala::ops::cuda {
+
+// x (R, K), w (N, K) [and aux (R, N)]: CUDA, one dtype (bf16 or fp16), contiguous, K and N
+// multiples of 8 (16-byte rows, as cuBLASLt's epilogue outputs need).
+bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w);
+
+// {h, aux}, both (R, N) in x's dtype; b (N) is cast to x's dtype
+std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// g (R, M), w (M, N) (fc2's weight: out M = D, in N = hidden), aux (R, N) → dy (R, N)
+at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux);
+
+}  // namespace nala::ops::cuda

@@ -1,0 +1,110 @@
+#include "ops/mlp.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/autograd.h>
+
+#include "ops/fused_ops.h"
+#include "ops/linear.h"
+#include "ops/linear_gelu.h"
+
+#ifdef NALA_WITH_CUDA
+#include "ops/cuda/gemm_epilogue.h"
+#endif
+
+namespace nala::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+bool epilogue_gemms(const at::Tensor& x2, const at::Tensor& w1, const at::Tensor& w2) {
+#ifdef NALA_WITH_CUDA
+  return cuda::gemm_epilogue_supported(x2, w1) && cuda::gemm_epilogue_supported(w2, w2) && w2.scalar_type() == w1.scalar_type();
+#else
+  return false;
+#endif
+}
+
+// h, a = GELU_tanh(x2 w1ᵀ + b1), x2 w1ᵀ + b1: (R, H) ×2
+std::array<at::Tensor, 2> fc1_forward(const at::Tensor& x2, const at::Tensor& w1, const at::Tensor& b1, bool lt) {
+#ifdef NALA_WITH_CUDA
+  if (lt) return cuda::gemm_bias_gelu_aux(x2, w1, b1);
+#endif
+  const at::Tensor a = at::linear(x2, w1, b1.to(x2.scalar_type()));  // (R, H)
+  return {at::gelu(a, "tanh"), a};
+}
+
+// dy = GELU_tanh'(a) ⊙ (g w2): (R, H)
+at::Tensor fc1_pre_activation_grad(const at::Tensor& g, const at::Tensor& w2, const at::Tensor& a, bool lt) {
+#ifdef NALA_WITH_CUDA
+  if (lt) return cuda::gemm_dgelu(g, w2, a);
+#endif
+  return at::gelu_backward(g.mm(w2), a, "tanh");  // (R, H)
+}
+
+struct MlpFn : torch::autograd::Function<MlpFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2,
+                            const at::Tensor& b2) {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
+    const int64_t D = w1.size(1);
+    const at::Tensor x2 = x.reshape({-1, D}).contiguous();                                // (R, D)
+    const bool lt = x2.size(0) > 0 && epilogue_gemms(x2, w1, w2);
+    const auto [h, a] = fc1_forward(x2, w1, b1, lt);                                       // (R, H) ×2
+    const at::Tensor out = at::linear(h, w2, b2.to(h.scalar_type()));                      // (R, D)
+    ctx->save_for_backward({x2, w1, w2, a, h});
+    ctx->saved_data["lt"] = lt;
+    ctx->saved_data["b1_dtype"] = int64_t(b1.scalar_type());
+    ctx->saved_data["b2_dtype"] = int64_t(b2.scalar_type());
+    ctx->saved_data["x_shape"] = x.sizes().vec();
+    return out.view(x.sizes());  // (…, D)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x2 = saved[0], &w1 = saved[1], &w2 = saved[2], &a = saved[3], &h = saved[4];
+    const at::Tensor g = grads[0].reshape({-1, w2.size(0)}).to(h.scalar_type()).contiguous();  // (R, D)
+    at::Tensor dx, dw1, db1, dw2, db2;
+    if (ctx->needs_input_grad(3)) dw2 = g.t().mm(h);                                                                    // (D, H)
+    if (ctx->needs_input_grad(4)) db2 = column_sum(g).to(at::ScalarType(ctx->saved_data["b2_dtype"].toInt()));        // (D)
+    if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
+      const at::Tensor dy = fc1_pre_activation_grad(g, w2, a, ctx->saved_data["lt"].toBool());                          // (R, H)
+      if (ctx->needs_input_grad(2)) db1 = column_sum(dy).to(at::ScalarType(ctx->saved_data["b1_dtype"].toInt()));     // (H)
+      if (ctx->needs_input_grad(1)) dw1 = dy.t().mm(x2);                                                                // (H, D)
+      if (ctx->needs_input_grad(0)) dx = dy.mm(w1).view(ctx->saved_data["x_shape"].toIntVector());                     // (…, D)
+    }
+    return {dx, dw1, db1, dw2, db2};
+  }
+};
+
+bool wants_grad(const at::Tensor& x, const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2) {
+  return at::GradMode::is_enabled() &&
+         (x.requires_grad() || fc1.weight.requires_grad() || fc1.bias.requires_grad() || fc2.weight.requires_grad() || fc2.bias.requires_grad());
+}
+
+}  // namespace
+
+at::Tensor mlp_op(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2) {
+  TORCH_CHECK(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 && x.size(-1) == w1.size(1) && w2.size(1) == w1.size(0) &&
+                  w2.size(0) == w1.size(1) && b1.dim() == 1 && b1.size(0) == w1.size(0) && b2.dim() == 1 && b2.size(0) == w2.size(0),
+              "mlp_op: input ", x.sizes(), ", fc1 ", w1.sizes(), " + ", b1.sizes(), " and fc2 ", w2.sizes(), " + ", b2.sizes(), " do not fit");
+  at::Tensor xc = x, w1c = w1, w2c = w2;
+  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {  // as autocast casts at::linear's inputs
+    const at::ScalarType dt = at::autocast::get_autocast_dtype(at::kCUDA);
+    xc = at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA);
+    w1c = at::autocast::cached_cast(dt, w1, c10::DeviceType::CUDA);
+    w2c = at::autocast::cached_cast(dt, w2, c10::DeviceType::CUDA);
+  }
+  TORCH_CHECK(xc.scalar_type() == w1c.scalar_type() && w1c.scalar_type() == w2c.scalar_type(), "mlp_op: input ", xc.scalar_type(),
+              " and weights ", w1c.scalar_type(), ", ", w2c.scalar_type(), " differ");
+  return MlpFn::apply(xc, w1c, b1, w2c, b2);
+}
+
+at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x) {
+  if (x.is_cuda() && fused_block_ops() && gemm_epilogues() && wants_grad(x, fc1, fc2))
+    return mlp_op(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias);  // (…, D)
+  return linear(fc2, linear_gelu(fc1, x));                           // (…, D)
+}
+
+}  // namespace nala::ops

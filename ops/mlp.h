@@ -1,0 +1,25 @@
+// The DiT block's MLP, fc2(GELU_tanh(fc1(x))) (timm's Mlp, DiT models.py:111-112), as one operation.
+// Training on CUDA with NALA_GEMM_EPILOGUES=1 (ops/fused_ops.h) it is one autograd op whose GEMMs
+// carry the element-wise work in cuBLASLt epilogues (ops/cuda/gemm_epilogue.h):
+//   forward:  h, a = GELU(x W₁ᵀ + b₁), x W₁ᵀ + b₁   one GEMM (GELU_AUX_BIAS); a is kept
+//             out = h W₂ᵀ + b₂                         at::linear (bias epilogue)
+//   backward: dW₂ = gᵀ h, db₂ = Σ_rows g              (g = ∂L/∂out; the column-sum kernel)
+//             dy = GELU'(a) ⊙ (g W₂)                  one GEMM (DGELU epilogue)
+//             db₁ = Σ_rows dy, dW₁ = dyᵀ x, dx = dy W₁
+// which spares the bias-GELU kernel's passes over the (tokens, hidden) activation: one forward
+// (y written and read again) and one backward (∂L/∂h written and read again). Everywhere else it is
+// ops::linear(fc2, ops::linear_gelu(fc1, x)) (ops/linear_gelu.h). mlp_op is the autograd op on any
+// device: on the CPU its two epilogue GEMMs are the ATen composition, which CI tests against
+// autograd of the plain formula.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/linear.h>
+
+namespace nala::ops {
+
+at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x);  // (…, D) → (…, D)
+
+// x (…, D), w1 (H, D), b1 (H), w2 (D, H), b2 (D); weights in x's dtype after autocast's cast
+at::Tensor mlp_op(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2);
+
+}  // namespace nala::ops

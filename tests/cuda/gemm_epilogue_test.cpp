@@ -1,0 +1,103 @@
+// cuBLASLt GEMM epilogues of the training MLP (ops/cuda/gemm_epilogue.h, ops/mlp.h) against
+// float64 truth and beside the ATen composition they replace (at::linear + at::gelu(tanh);
+// at::gelu_backward of the GEMM), in bf16 and fp16; then a DiT-S MLP trained under bf16 autocast
+// with the epilogues on against the same with them off (the bias-GELU kernel).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "cuda_test_util.h"
+
+#include "models/dit.h"
+#include "ops/cuda/gemm_epilogue.h"
+#include "ops/fused_ops.h"
+#include "ops/mlp.h"
+
+using nala::test::Autocast;
+using nala::test::rel;
+namespace ops = nala::ops;
+
+namespace {
+
+class GemmEpilogue : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  void TearDown() override { ops::set_gemm_epilogues(false); }
+};
+
+at::Tensor d(const at::Tensor& t) { return t.to(at::kDouble).cpu(); }
+
+}  // namespace
+
+TEST_F(GemmEpilogue, BiasGeluAuxAndDgeluMatchFloat64) {
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    for (auto [R, K, N] : {std::tuple<int64_t, int64_t, int64_t>{4096, 384, 1536}, {37, 64, 256}, {1, 1152, 4608}}) {
+      torch::manual_seed(R + K);
+      const at::Tensor x = at::randn({R, K}, at::kCUDA).to(dt), w = (at::randn({N, K}, at::kCUDA) * 0.05).to(dt);
+      const at::Tensor b = at::randn({N}, at::kCUDA) * 0.5;  // float32, as the parameter
+      ASSERT_TRUE(ops::cuda::gemm_epilogue_supported(x, w));
+      const auto [h, aux] = ops::cuda::gemm_bias_gelu_aux(x, w, b);
+      const at::Tensor a64 = at::linear(d(x), d(w), d(b.to(dt)));  // (R, N) the pre-activation, exact inputs
+      const at::Tensor h64 = at::gelu(a64, "tanh");
+      const at::Tensor a_c = at::linear(x, w, b.to(dt)), h_c = at::gelu(a_c, "tanh");
+      const double ea = rel(aux, a64), eh = rel(h, h64), ea_c = rel(a_c, a64), eh_c = rel(h_c, h64);
+
+      // dgelu: g (R, M) the gradient of fc2's output, fc2's weight (M, N), the aux above
+      const int64_t M = K;
+      const at::Tensor g = at::randn({R, M}, at::kCUDA).to(dt), w2 = (at::randn({M, N}, at::kCUDA) * 0.05).to(dt);
+      const at::Tensor dy = ops::cuda::gemm_dgelu(g, w2, aux);
+      const at::Tensor dy64 = at::gelu_backward(d(g).mm(d(w2)), d(aux), "tanh");
+      const at::Tensor dy_c = at::gelu_backward(g.mm(w2), aux, "tanh");
+      const double ed = rel(dy, dy64), ed_c = rel(dy_c, dy64);
+      std::printf("  %-8s %ldx%ld->%ld  aux %.2e (ATen %.2e)  h %.2e (ATen %.2e)  dgelu %.2e (ATen %.2e)\n", c10::toString(dt), (long)R,
+                  (long)K, (long)N, ea, ea_c, eh, eh_c, ed, ed_c);
+      EXPECT_EQ(h.sizes(), (at::IntArrayRef{R, N}));
+      EXPECT_LE(ea, 2 * ea_c + 2e-3);
+      EXPECT_LE(eh, 2 * eh_c + 2e-3);
+      EXPECT_LE(ed, 2 * ed_c + 4e-3);
+    }
+  }
+}
+
+TEST_F(GemmEpilogue, TrainingMlpEqualsTheBiasGeluPath) {
+  // a DiT-S MLP (384 → 1536 → 384) under bf16 autocast, float32 parameters as the trainer keeps them
+  torch::manual_seed(11);
+  nala::models::Mlp m(384, 1536);
+  for (auto& p : m.parameters()) p.detach().normal_(0, 0.05);
+  m.to(at::kCUDA);
+  const at::Tensor x0 = at::randn({8, 64, 384}, at::kCUDA), gy = at::randn({8, 64, 384}, at::kCUDA);
+  auto run = [&](bool epilogues, bool fp64) {
+    ops::set_gemm_epilogues(epilogues);
+    for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
+    at::Tensor x = x0.clone().requires_grad_(true), y;
+    if (fp64) {  // the truth: the plain formula in float64 on the CPU
+      auto p = [](const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().requires_grad_(true); };
+      std::vector<at::Tensor> ps = {p(m.fc1->weight), p(m.fc1->bias), p(m.fc2->weight), p(m.fc2->bias)};
+      at::Tensor xd = p(x0);
+      y = at::linear(at::gelu(at::linear(xd, ps[0], ps[1]), "tanh"), ps[2], ps[3]);
+      (y * d(gy)).sum().backward();
+      return std::vector<at::Tensor>{y.detach(), xd.grad(), ps[0].grad(), ps[1].grad(), ps[2].grad(), ps[3].grad()};
+    }
+    {
+      Autocast ac(true);
+      y = m.forward(x);  // (8, 64, 384) bf16
+    }
+    (y.to(at::kFloat) * gy).sum().backward();
+    return std::vector<at::Tensor>{y.detach(), x.grad(), m.fc1->weight.grad(), m.fc1->bias.grad(), m.fc2->weight.grad(), m.fc2->bias.grad()};
+  };
+  const auto truth = run(false, true), off = run(false, false), on = run(true, false);
+  const char* names[] = {"out", "dx", "dW1", "db1", "dW2", "db2"};
+  for (int i = 0; i < 6; ++i) {
+    const double e_on = rel(on[i], truth[i]), e_off = rel(off[i], truth[i]);
+    std::printf("  training MLP bf16 %-4s epilogues %.2e  bias-GELU kernel %.2e\n", names[i], e_on, e_off);
+    EXPECT_EQ(on[i].scalar_type(), off[i].scalar_type()) << names[i];
+    EXPECT_LE(e_on, 1.5 * e_off + 2e-3) << names[i];
+  }
+}
