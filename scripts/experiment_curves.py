@@ -9,7 +9,8 @@ run, and print the final table with the mean and spread over seeds.
 
 eval: for each checkpoint RUN/checkpoints/STEP not yet evaluated, `nala sample` draws --samples
 images with the family's fixed sampler (DiT / NaLaDiT: DPM-Solver++, 25 steps; SiT / NaLaSiT: Heun
-ODE, 13 grid points; --dit-sampler / --sit-sampler change them), unguided and with --cfg-scale, and `nala eval --fmnist` measures them; the
+ODE, 13 grid points; --dit-sampler / --sit-sampler change them), unguided and with --cfg-scale (not
+with --unguided-only), and `nala eval --fmnist` measures them; the
 results go to RUN/evals/STEP_unguided.json and STEP_cfg<scale>.json (written to a temporary name,
 then renamed: an interrupted eval leaves nothing half-written and is resumed by running it again).
 RUN may also be a run of scripts/official_fmnist.py (the official DiT / SiT trainers): its EMA
@@ -70,7 +71,7 @@ def run_cmd(cmd):
 
 
 def evaluate(args):
-    modes = [("unguided", 1.0, []), (f"cfg{args.cfg_scale:g}", args.cfg_scale, [])]
+    modes = [("unguided", 1.0, [])] + ([] if args.unguided_only else [(f"cfg{args.cfg_scale:g}", args.cfg_scale, [])])
     samplers = {"dit": args.dit_sampler.split(), "sit": args.sit_sampler.split()}
     for run in map(Path, args.runs):
         evals = run / "evals"
@@ -193,6 +194,7 @@ def main():
     e.add_argument("--classifier", required=True)
     e.add_argument("--samples", type=int, default=5000)
     e.add_argument("--cfg-scale", type=float, default=1.5)
+    e.add_argument("--unguided-only", action="store_true", help="no guided evaluation (the equal-time runs at 4,096 tokens)")
     e.add_argument("--batch-size", type=int, default=1000)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="cuda")

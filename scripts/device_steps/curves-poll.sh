@@ -11,7 +11,7 @@ seconds=${3:-540}
 w=${CURVES_DIR:-$(pwd)/build-device/curves}
 t0=$(date +%s)
 while [ $(( $(date +%s) - t0 )) -lt "$seconds" ] && [ ! -f "$w/done-s$seed" ] && [ ! -f "$w/failed-s$seed" ]; do sleep 5; done
-files=$(cd "$w" 2> /dev/null && ls -d *-s"$seed"/metrics.jsonl *-s"$seed"/evals *-s"$seed"/official.json *-s"$seed"/config.json \
+files=$(cd "$w" 2> /dev/null && ls -d *-s"$seed"/metrics.jsonl *-s"$seed"/evals *-s"$seed"/official.json *-s"$seed"/config.json *-s"$seed"/grid.png \
           *-s"$seed".train.log eval-s"$seed".log classifier.log 2> /dev/null)
 [ -n "$files" ] && (cd "$w" && tar czf "$out/partial-s$seed.tar.gz" $files)
 cp "$(pwd)"/build-device/curves-out/curves-s"$seed".* "$out/" 2> /dev/null

@@ -4,7 +4,7 @@
 # learning rate LR), a checkpoint every EVERY steps, each checkpoint evaluated while the trainings
 # go on by scripts/experiment_curves.py eval (5,000 samples, unguided and with CFG 1.5, the
 # family's fixed sampler, the same noise for every model). At the end OUT/curves-sSEED.tar.gz holds
-# every run's config.json, metrics.jsonl and evals/ (small), so the checkpoints need not come back;
+# every run's config.json, metrics.jsonl, evals/ and a sample grid (small), so the checkpoints need not come back;
 # the plots are drawn on the CPU machine (experiment_curves.py plot).
 #   bash scripts/device_steps/curves.sh OUT STEPS SEED "MODEL ..." [LR] [EVERY] [EXTRA TRAIN FLAGS...]
 # A MODEL written official:DiT-S/2 or official:SiT-S/2 trains with the official DiT / SiT code
@@ -17,8 +17,10 @@
 # W/failed-sSEED appears within CURVES_START_CHECK_S (20) seconds when a training dies at its start.
 # Poll with scripts/device_steps/curves-poll.sh OUT SEED SECONDS at the end of every call: it packs what
 # is there, so a lease that ends first keeps the evaluations made so far.
-# CURVES_EVAL_DURING=0 evaluates only after the trainings end (a timed run alone on the GPU: the
-# 4,096-token equal-time runs, `curves.sh OUT 100000 0 DiT-S/2 1e-3 200 --image-size 128 --max-minutes 15`).
+# CURVES_EVAL_DURING=0 evaluates only after the trainings end and CURVES_UNGUIDED_ONLY=1 skips the
+# guided evaluations: the 4,096-token equal-time runs, one model a call sequence, alone on the GPU:
+#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_SAMPLES=2000 CURVES_DIR=build-device/curves-4k \
+#     curves.sh OUT 100000 0 DiT-S/2 1e-3 200 --image-size 128 --max-minutes 15
 # NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
 # on the CPU build with small settings.
 set -uo pipefail
@@ -87,7 +89,7 @@ done
 
 evaluate() {
   python3 scripts/experiment_curves.py eval "${runs[@]}" --classifier "$cls" --samples "$samples" --device "$dev" \
-    --nala "$n" "$@" >> "$w/eval-s$seed.log" 2>&1
+    --nala "$n" $([ "${CURVES_UNGUIDED_ONLY:-0}" = 1 ] && echo --unguided-only) "$@" >> "$w/eval-s$seed.log" 2>&1
 }
 # evaluate checkpoints as they appear (a run's first checkpoint may come after the loop's first look)
 while true; do
@@ -107,6 +109,15 @@ for i in "${!pids[@]}"; do
 done
 # the last checkpoints also with the linear layers in FP8 (mode unguided-fp8: `nala sample --dtype fp8`, the same noise)
 evaluate --fp8-last || { failed=1; tail -5 "$w/eval-s$seed.log"; }
+# a sample grid of each nala run's last checkpoint (unguided, the family's sampler, seed 0): grid.png
+for rd in "${runs[@]}"; do
+  [ -f "$rd/official.json" ] || [ -f "$rd/grid.png" ] && continue
+  last=$(ls -d "$rd"/checkpoints/*/ 2> /dev/null | tail -1)
+  [ -n "$last" ] || continue
+  case $(basename "$rd") in *SiT*) smp=(--sampler ode-heun --steps 13) ;; *) smp=(--sampler dpm++ --steps 25) ;; esac
+  $n sample --ckpt "$last" "${smp[@]}" --seed 0 --device "$dev" --out "$rd/grid.png" >> "$w/eval-s$seed.log" 2>&1 \
+    || { failed=1; tail -3 "$w/eval-s$seed.log"; }
+done
 # the official runs' last checkpoint also with the official sampler (DiT: 250 DDPM steps; SiT: dopri5), unguided
 for entry in "${official_runs[@]}"; do
   rd=${entry%%:*}; m=${entry#*:}; ck=$rd/checkpoints/$(printf %07d "$steps"); dst=$rd/evals/$(printf %07d "$steps")_official-sampler.json
@@ -128,7 +139,7 @@ done
 
 # small files only: configs, metrics, evaluations, logs
 (cd "$w" && tar czf "$out/curves-s$seed.tar.gz" $(for rd in "${runs[@]}"; do b=$(basename "$rd")
-   for f in "$b/config.json" "$b/official.json" "$b/metrics.jsonl" "$b/evals" "$b.train.log"; do [ -e "$f" ] && echo "$f"; done; done) "eval-s$seed.log")
+   for f in "$b/config.json" "$b/official.json" "$b/metrics.jsonl" "$b/evals" "$b/grid.png" "$b.train.log"; do [ -e "$f" ] && echo "$f"; done; done) "eval-s$seed.log")
 python3 scripts/experiment_curves.py plot "${runs[@]}" --out "$w/plot-s$seed" > /dev/null 2>&1 || true  # the table only, if matplotlib is there
 for rd in "${runs[@]}"; do
   last=$(ls "$rd/evals" 2> /dev/null | tail -2 | tr '\n' ' ')

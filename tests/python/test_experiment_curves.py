@@ -109,6 +109,20 @@ def test_plot_curves_seconds_and_seed_table(runs, tmp):
     assert 0 < curves["unguided"][0]["train_seconds"] < curves["unguided"][1]["train_seconds"]
 
 
+def test_unguided_only_skips_the_guided_evaluations(runs, tmp):
+    # a copy of the DDPM run without its evaluations: --unguided-only writes the unguided ones alone,
+    # equal to the full eval's (the same sampler, noise and checkpoint)
+    import shutil
+    root, cls = runs
+    copy = tmp / "ddpm"
+    shutil.copytree(root / "ddpm", copy, ignore=shutil.ignore_patterns("evals"))
+    script("eval", copy, "--classifier", cls, *EVAL, "--unguided-only")
+    assert sorted(f.name for f in (copy / "evals").glob("*.json")) == ["0000002_unguided.json", "0000004_unguided.json"]
+    mine = json.loads((copy / "evals" / "0000004_unguided.json").read_text())
+    full = json.loads((root / "ddpm" / "evals" / "0000004_unguided.json").read_text())
+    assert mine["fd_fmnist"] == full["fd_fmnist"] and mine["class_accuracy"] == full["class_accuracy"]
+
+
 def test_bad_input_is_a_clear_error(runs, tmp):
     root, cls = runs
     (tmp / "empty").mkdir()
