@@ -44,4 +44,10 @@ at::ScalarType fused_result_dtype(const at::Tensor& x) {
   return x.scalar_type();
 }
 
+at::Tensor autocast_gemm_operand(const at::Tensor& t) {
+  if (t.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA))
+    return at::autocast::cached_cast(at::autocast::get_autocast_dtype(at::kCUDA), t, c10::DeviceType::CUDA);
+  return t;
+}
+
 }  // namespace nala::ops

@@ -20,4 +20,8 @@ void set_gemm_epilogues(bool on);
 // the next GEMM reads), else x's own.
 at::ScalarType fused_result_dtype(const at::Tensor& x);
 
+// A GEMM operand as autocast casts at::linear's inputs: under CUDA autocast t in the autocast
+// dtype (autocast's cached cast, so a weight is cast once a forward), else t itself.
+at::Tensor autocast_gemm_operand(const at::Tensor& t);
+
 }  // namespace nala::ops

@@ -54,12 +54,7 @@ at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   TORCH_CHECK(b.defined(), "linear_op: needs a bias");
   TORCH_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0), "linear_op: input ", x.sizes(), ", weight ", w.sizes(),
               " and bias ", b.sizes(), " do not fit");
-  at::Tensor xc = x, wc = w;
-  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {  // as autocast casts at::linear's inputs
-    const at::ScalarType dt = at::autocast::get_autocast_dtype(at::kCUDA);
-    xc = at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA);
-    wc = at::autocast::cached_cast(dt, w, c10::DeviceType::CUDA);
-  }
+  const at::Tensor xc = autocast_gemm_operand(x), wc = autocast_gemm_operand(w);  // (…, in), (out, in)
   TORCH_CHECK(xc.scalar_type() == wc.scalar_type(), "linear_op: input ", xc.scalar_type(), " and weight ", wc.scalar_type(), " differ");
   return LinearFn::apply(xc, wc, b);
 }

@@ -89,13 +89,8 @@ at::Tensor mlp_op(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b
   TORCH_CHECK(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 && x.size(-1) == w1.size(1) && w2.size(1) == w1.size(0) &&
                   w2.size(0) == w1.size(1) && b1.dim() == 1 && b1.size(0) == w1.size(0) && b2.dim() == 1 && b2.size(0) == w2.size(0),
               "mlp_op: input ", x.sizes(), ", fc1 ", w1.sizes(), " + ", b1.sizes(), " and fc2 ", w2.sizes(), " + ", b2.sizes(), " do not fit");
-  at::Tensor xc = x, w1c = w1, w2c = w2;
-  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {  // as autocast casts at::linear's inputs
-    const at::ScalarType dt = at::autocast::get_autocast_dtype(at::kCUDA);
-    xc = at::autocast::cached_cast(dt, x, c10::DeviceType::CUDA);
-    w1c = at::autocast::cached_cast(dt, w1, c10::DeviceType::CUDA);
-    w2c = at::autocast::cached_cast(dt, w2, c10::DeviceType::CUDA);
-  }
+  const at::Tensor xc = autocast_gemm_operand(x);                                     // (…, D)
+  const at::Tensor w1c = autocast_gemm_operand(w1), w2c = autocast_gemm_operand(w2);  // (H, D), (D, H)
   TORCH_CHECK(xc.scalar_type() == w1c.scalar_type() && w1c.scalar_type() == w2c.scalar_type(), "mlp_op: input ", xc.scalar_type(),
               " and weights ", w1c.scalar_type(), ", ", w2c.scalar_type(), " differ");
   return MlpFn::apply(xc, w1c, b1, w2c, b2);
