@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include "attention/nala_cpu.h"
+#include "ops/fused_ops.h"
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/nala_cuda.h"
 #endif
@@ -63,20 +64,24 @@ NalaOptions saved_options(torch::autograd::AutogradContext* ctx) {
   return o;
 }
 
-struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFunction> {
-  // save_state: a backward may follow (decided before apply(), where grad mode is still visible)
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const NalaOptions& opt, bool save_state) {
-    NalaForward r;
-    if (q.is_cuda()) {
+NalaForward forward_kernels(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, bool save_state) {
+  if (q.is_cuda()) {
 #ifdef NALA_WITH_CUDA
-      r = nala_forward_cuda(q, k, v, opt, save_state);
+    return nala_forward_cuda(q, k, v, opt, save_state);
 #else
-      TORCH_CHECK(false, "nala_attention: q is on ", q.device(), " but this nala was built without CUDA kernels");
+    TORCH_CHECK(false, "nala_attention: q is on ", q.device(), " but this nala was built without CUDA kernels");
 #endif
-    } else {
-      r = nala_forward_cpu(q, k, v, opt);
-    }
+  }
+  return nala_forward_cpu(q, k, v, opt);
+}
+
+struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFunction> {
+  // save_state: a backward may follow (decided before apply(), where grad mode is still visible);
+  // recompute: the backward recomputes S, z, den from q, k, v instead of keeping them
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const NalaOptions& opt, bool save_state, bool recompute) {
+    NalaForward r = forward_kernels(q, k, v, opt, save_state && !recompute);
+    if (recompute) r.S = r.z = r.den = at::Tensor();  // (the chunked CUDA kernels and the CPU make them anyway)
     ctx->save_for_backward({q, k, v, r.S, r.z, r.den});
     save_options(ctx, opt);
     return r.o;
@@ -86,6 +91,12 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
     auto saved = ctx->get_saved_variables();
     const NalaOptions opt = saved_options(ctx);
     at::Tensor go = grads[0];
+    if (!saved[3].defined()) {  // recomputed: the forward's state phase once more (its output o is dropped)
+      NalaForward r = forward_kernels(saved[0], saved[1], saved[2], opt, true);
+      saved[3] = r.S;    // (B, H, Fp, Dp) float32 on CUDA, (B, H, F, d) on the CPU
+      saved[4] = r.z;    // (B, H, Fp)
+      saved[5] = r.den;  // (B, H, N)
+    }
     std::tuple<at::Tensor, at::Tensor, at::Tensor> d;
     if (saved[0].is_cuda()) {
 #ifdef NALA_WITH_CUDA
@@ -94,7 +105,7 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
     } else {
       d = nala_backward_cpu(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], go, opt);
     }
-    return {std::get<0>(d), std::get<1>(d), std::get<2>(d), at::Tensor(), at::Tensor()};
+    return {std::get<0>(d), std::get<1>(d), std::get<2>(d), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -104,7 +115,7 @@ at::Tensor nala_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   check_qkv(q, k, v, "nala_attention");
   check_options(opt, "nala_attention");
   const bool save_state = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  return NalaAttentionFunction::apply(q, k, v, opt, save_state);
+  return NalaAttentionFunction::apply(q, k, v, opt, save_state, save_state && ops::recompute_saved());
 }
 
 }  // namespace nala::attention

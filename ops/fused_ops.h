@@ -16,6 +16,13 @@ void set_fused_block_ops(bool on);
 bool gemm_epilogues();
 void set_gemm_epilogues(bool on);
 
+// Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
+// backward and recompute it there (the attention's float32 state S, z, den from q, k, v:
+// attention/nala_attention.h); 0 (default until measured on the GPU: docs/benchmarks.md) keeps it.
+// Any other value is an error.
+bool recompute_saved();
+void set_recompute_saved(bool on);
+
 // The dtype a fused operation returns for input x: the autocast dtype under CUDA autocast (what
 // the next GEMM reads), else x's own.
 at::ScalarType fused_result_dtype(const at::Tensor& x);

@@ -14,6 +14,7 @@
 #include "attention/nala_attention.h"
 #include "attention/nala_cpu.h"
 #include "attention/nala_reference.h"
+#include "ops/fused_ops.h"
 
 using namespace nala::attention;
 
@@ -125,6 +126,32 @@ TEST(NalaAttention, BackwardEqualsAutogradThroughReference) {
         EXPECT_LT(e, tol) << feature_map_name(f) << " d" << "qkv"[i];
       }
     }
+}
+
+// NALA_RECOMPUTE=1: the forward keeps only q, k, v and the backward recomputes S, z, den. The
+// gradients equal autograd through the reference, and the kept-state path's bit for bit (the same
+// kernels on the same inputs).
+TEST(NalaAttention, RecomputedStateGivesTheSameGradients) {
+  at::manual_seed(6);
+  for (auto f : kAllMaps)
+    for (auto dt : {at::kFloat, at::kDouble}) {
+      const NalaOptions o = options_for(f);
+      auto [q, k, v] = strided_qkv(2, 3, 29, 8, dt);
+      at::Tensor gout = at::randn({2, 3, 29, 8}, dt);
+      nala::ops::set_recompute_saved(true);
+      const OursAndReference r = ours_and_reference(q, k, v, gout, o);
+      nala::ops::set_recompute_saved(false);
+      const OursAndReference kept = ours_and_reference(q, k, v, gout, o);
+      const double tol = dt == at::kDouble ? 1e-10 : 2e-5;
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_LT(rel_err(r.g_ours[size_t(i)], r.g_ref[size_t(i)]), tol) << feature_map_name(f) << " d" << "qkv"[i];
+        EXPECT_TRUE(at::equal(r.g_ours[size_t(i)], kept.g_ours[size_t(i)])) << feature_map_name(f) << " d" << "qkv"[i];
+      }
+    }
+  nala::ops::set_recompute_saved(true);
+  finite_difference_check([&](auto& q, auto& k, auto& v) { return nala_attention(q, k, v, options_for(FeatureMap::Nala)); },
+                          "nala_attention, state recomputed");
+  nala::ops::set_recompute_saved(false);
 }
 
 TEST(NalaAttention, FastCpuPathEqualsReferenceOnAwkwardSizes) {

@@ -13,6 +13,7 @@
 #include "attention/cuda/nala_cuda.h"
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
+#include "ops/fused_ops.h"
 
 using namespace nala::attention;
 
@@ -239,4 +240,25 @@ TEST_F(NalaCudaOnePass, BackwardWithBf16State) {
   for (auto map : {FeatureMap::NalaRelu, FeatureMap::Elu, FeatureMap::Relu, FeatureMap::Focused}) compare(map, at::kBFloat16, Case{2, 3, 97, 64});
   compare(FeatureMap::Nala, at::kBFloat16, Case{2, 3, 97, 64}, 20.0);
   set_nala_onepass_backward_state(OnePassBackwardState::Auto);
+}
+
+// NALA_RECOMPUTE=1 (ops/fused_ops.h): the forward keeps q, k, v only and the backward runs the
+// forward's state phase again; the kernels are deterministic, so the gradients equal the kept-state
+// path's bit for bit, on both kernel families.
+TEST_F(NalaCuda, RecomputedStateGivesTheSameGradients) {
+  at::Tensor q = at::randn({2, 3, 1000, 72}, at::kCUDA).to(at::kBFloat16), k = at::randn_like(q), v = at::randn_like(q);
+  at::Tensor go = at::randn_like(q);
+  auto grads = [&](bool recompute) {
+    nala::ops::set_recompute_saved(recompute);
+    at::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+    nala_attention(qg, kg, vg).backward(go);
+    nala::ops::set_recompute_saved(false);
+    return std::vector<at::Tensor>{qg.grad(), kg.grad(), vg.grad()};
+  };
+  for (auto kernel : {NalaCudaKernel::OnePass, NalaCudaKernel::Chunked}) {
+    set_nala_cuda_kernel(kernel);
+    auto kept = grads(false), again = grads(true);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(kept[i], again[i])) << "d" << "qkv"[i] << (kernel == NalaCudaKernel::OnePass ? " one-pass" : " chunked");
+  }
+  set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }
