@@ -4,6 +4,7 @@
 
 #include "attention/feature_maps.h"
 #include "attention/gated_tail.h"
+#include "ops/fused_ops.h"
 #include "ops/linear.h"
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
@@ -48,7 +49,11 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   at::Tensor g = t[3].reshape({B, N, D});                                 // (B, N, D) strided view
   at::Tensor o = cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w)
                            : nala_attention(q, k, v, cfg_.nala);          // (B, H, N, d)
-  // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
+  // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h);
+  // with NALA_RECOMPUTE=1 the projection joins it, so that y is recomputed in the backward, not kept
+  if (o.is_cuda() && ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad())
+    return gated_tail_proj_fused(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(),
+                                 norm->weight, norm->bias, proj->weight, proj->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
   at::Tensor y = gated_tail(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
                             norm->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
   return ops::linear(proj, y);                                                // (B, N, D)

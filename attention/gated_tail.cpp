@@ -5,6 +5,7 @@
 #include <torch/autograd.h>
 
 #include "ops/fused_ops.h"
+#include "ops/linear.h"
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/gated_tail_cuda.h"
@@ -27,6 +28,16 @@ struct Saved {
   at::Tensor y, u, mean, rstd;  // mean, rstd (B, N) float
 };
 
+// y = (x̂·w + b)·SiLU(g) with x̂ = (u − μ)·r, from what the forward keeps (u, μ, r): the ATen
+// forward's own last step, and the recomputation of gated_tail_proj's backward.
+at::Tensor y_from_u(const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& g, const at::Tensor& norm_w,
+                    const at::Tensor& norm_b, at::ScalarType out_dtype) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const at::ScalarType ct = compute_type(u);
+  at::Tensor xh = (u.to(ct) - mean.to(ct).unsqueeze(-1)) * rstd.to(ct).unsqueeze(-1);                    // (B, N, D)
+  return ((xh * norm_w.to(ct) + norm_b.to(ct)) * at::silu(g.to(ct))).to(out_dtype);                      // (B, N, D)
+}
+
 // The forward in ATen ops: u in o's dtype (what the kernels keep), statistics of that rounded u.
 Saved forward_aten(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                    const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps, at::ScalarType out_dtype) {
@@ -42,10 +53,10 @@ Saved forward_aten(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g
   }
   Saved s;
   s.u = u.to(o.scalar_type());                                                               // (B, N, D)
-  auto [xhat, mean, rstd] = at::native_layer_norm(s.u.to(ct), {D}, {}, {}, eps);             // (B, N, D), (B, N, 1) ×2
-  s.y = ((xhat * norm_w.to(ct) + norm_b.to(ct)) * at::silu(g.to(ct))).to(out_dtype);          // (B, N, D)
-  s.mean = mean.squeeze(-1);                                                                 // (B, N)
-  s.rstd = rstd.squeeze(-1);                                                                 // (B, N)
+  auto [var, mean] = at::var_mean(s.u.to(ct), {-1}, /*correction=*/0, /*keepdim=*/false);  // (B, N) ×2, biased (LayerNorm's)
+  s.mean = mean;                                                                             // (B, N)
+  s.rstd = at::rsqrt(var + eps);                                                             // (B, N)
+  s.y = y_from_u(s.u, s.mean, s.rstd, g, norm_w, norm_b, out_dtype);                         // (B, N, D)
   return s;
 }
 
@@ -91,53 +102,103 @@ Grads backward_aten(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v,
 at::Tensor absent_as_empty(const at::Tensor& t, const at::Tensor& like) { return t.defined() ? t : at::empty({0}, like.options()); }
 at::Tensor empty_as_absent(const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); }
 
+// The tail's forward: the kernels where they take the tensors, else the ATen formulas.
+Saved tail_forward(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                   const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps, at::ScalarType out_dtype) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::gated_tail_supported(o, v, g, lepe_w, out_dtype)) {
+    auto k = cuda::gated_tail_forward(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, true);
+    return {k.y, k.u, k.mean, k.rstd};
+  }
+#endif
+  return forward_aten(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
+}
+
+// The tail's backward from ∂L/∂y (B, N, D): the kernels where they take the tensors, else ATen.
+Grads tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
+                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd,
+                    int64_t gh, int64_t gw) {
+#ifdef NALA_WITH_CUDA
+  if (u.is_cuda() && u.is_contiguous() && mean.scalar_type() == at::kFloat &&
+      cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), v, g, lepe_w, u.scalar_type())) {
+    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
+    return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};
+  }
+#endif
+  return backward_aten(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
+}
+
+at::Tensor grad_as(const at::Tensor& grad, const at::Tensor& like) {
+  return grad.defined() && like.defined() ? grad.to(like.scalar_type()) : at::Tensor();
+}
+
+void save_tail(AutogradContext* ctx, const Saved& s, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w_in,
+               const at::Tensor& lepe_b_in, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w,
+               std::vector<at::Tensor> more = {}) {
+  std::vector<at::Tensor> keep = {v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, s.u, s.mean, s.rstd};
+  keep.insert(keep.end(), more.begin(), more.end());
+  ctx->save_for_backward(keep);
+  ctx->saved_data["heads"] = o.size(1);
+  ctx->saved_data["grid_h"] = grid_h;
+  ctx->saved_data["grid_w"] = grid_w;
+}
+
+// The saved tail's backward from ∂L/∂y: its seven gradients (o, v, g, lepe.weight, lepe.bias,
+// norm.weight, norm.bias) in the inputs' dtypes.
+tensor_list saved_tail_backward(AutogradContext* ctx, const std::vector<at::Tensor>& sv, const at::Tensor& dy) {
+  const at::Tensor &v = sv[0], &g = sv[1], &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8];
+  const at::Tensor lepe_w = empty_as_absent(sv[2]), lepe_b = empty_as_absent(sv[3]);
+  const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
+  const Grads r = tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
+  return {r.o, r.v, r.g, grad_as(r.lepe_w, lepe_w), grad_as(r.lepe_b, lepe_b), grad_as(r.norm_w, norm_w), grad_as(r.norm_b, norm_b)};
+}
+
 struct GatedTailFn : torch::autograd::Function<GatedTailFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w_in,
                             const at::Tensor& lepe_b_in, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps,
                             int64_t out_dtype_int) {
-    const auto out_dtype = at::ScalarType(out_dtype_int);
-    const at::Tensor lepe_w = empty_as_absent(lepe_w_in), lepe_b = empty_as_absent(lepe_b_in);
-    Saved s;
-#ifdef NALA_WITH_CUDA
-    if (cuda::gated_tail_supported(o, v, g, lepe_w, out_dtype)) {
-      auto k = cuda::gated_tail_forward(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, true);
-      s = {k.y, k.u, k.mean, k.rstd};
-    }
-#endif
-    if (!s.y.defined()) s = forward_aten(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
-    ctx->save_for_backward({v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, s.u, s.mean, s.rstd});
-    ctx->saved_data["heads"] = o.size(1);
-    ctx->saved_data["grid_h"] = grid_h;
-    ctx->saved_data["grid_w"] = grid_w;
+    const Saved s = tail_forward(o, v, g, empty_as_absent(lepe_w_in), empty_as_absent(lepe_b_in), norm_w, norm_b, grid_h, grid_w, eps,
+                                 at::ScalarType(out_dtype_int));
+    save_tail(ctx, s, o, v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, grid_h, grid_w);
     return s.y;
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    tensor_list r = saved_tail_backward(ctx, ctx->get_saved_variables(), grads[0]);
+    r.resize(r.size() + 4);  // grid_h, grid_w, eps, out dtype
+    return r;
+  }
+};
+
+// The tail and the output projection, out = y·Wᵀ + b, keeping u (which the tail's backward needs)
+// but not y (which the projection's weight gradient needs): the backward recomputes y from u, μ, r
+// and g (y_from_u), one element-wise pass, instead of keeping a second (B, N, D) tensor per block.
+// w is in y's dtype (autocast's cast happens before, where autograd sees it); b in its own.
+struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w_in,
+                            const at::Tensor& lepe_b_in, const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& w, const at::Tensor& b,
+                            int64_t grid_h, int64_t grid_w, double eps) {
+    const Saved s = tail_forward(o, v, g, empty_as_absent(lepe_w_in), empty_as_absent(lepe_b_in), norm_w, norm_b, grid_h, grid_w, eps,
+                                 w.scalar_type());
+    save_tail(ctx, s, o, v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, grid_h, grid_w, {w});
+    ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
+    return at::linear(s.y, w, b.to(w.scalar_type()));                                       // (B, N, D)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto sv = ctx->get_saved_variables();
-    const at::Tensor &v = sv[0], &g = sv[1], &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8];
-    const at::Tensor lepe_w = empty_as_absent(sv[2]), lepe_b = empty_as_absent(sv[3]);
-    const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
-    Grads r;
-#ifdef NALA_WITH_CUDA
-    if (u.is_cuda() && u.is_contiguous() && mean.scalar_type() == at::kFloat &&
-        cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), v, g, lepe_w, u.scalar_type())) {
-      auto k = cuda::gated_tail_backward(grads[0], heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
-      r = {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};
-    }
-#endif
-    if (!r.g.defined()) r = backward_aten(grads[0], heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
-    auto as = [](const at::Tensor& grad, const at::Tensor& like) { return grad.defined() && like.defined() ? grad.to(like.scalar_type()) : at::Tensor(); };
-    return {r.o,
-            r.v,
-            r.g,
-            as(r.lepe_w, lepe_w),
-            as(r.lepe_b, lepe_b),
-            as(r.norm_w, norm_w),
-            as(r.norm_b, norm_b),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
+    const at::Tensor &g = sv[1], &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8], &w = sv[9];
+    const int64_t B = u.size(0), N = u.size(1), D = u.size(2);
+    const at::Tensor g2 = grads[0].reshape({-1, w.size(0)}).contiguous().to(w.scalar_type());  // (R, D)
+    const at::Tensor y = y_from_u(u, mean, rstd, g, norm_w, norm_b, w.scalar_type());         // (B, N, D), recomputed
+    at::Tensor dw = g2.t().mm(y.reshape({B * N, D}));                                           // (D, D)
+    at::Tensor db = ops::column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt())); // (D)
+    tensor_list r = saved_tail_backward(ctx, sv, g2.mm(w).view({B, N, D}));                     // ∂L/∂y (B, N, D)
+    r.push_back(dw);
+    r.push_back(db);
+    r.resize(r.size() + 3);  // grid_h, grid_w, eps
+    return r;
   }
 };
 
@@ -169,6 +230,20 @@ at::Tensor gated_tail_fused(const at::Tensor& o, const at::Tensor& v, const at::
   check_args(o, v, g, lepe_w, grid_h, grid_w);
   return GatedTailFn::apply(o, v, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, grid_h, grid_w, eps,
                             int64_t(ops::fused_result_dtype(o)));
+}
+
+at::Tensor gated_tail_proj_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                 const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h,
+                                 int64_t grid_w, double eps) {
+  check_args(o, v, g, lepe_w, grid_h, grid_w);
+  const int64_t D = v.size(2);
+  TORCH_CHECK(proj_w.dim() == 2 && proj_w.size(0) == D && proj_w.size(1) == D && proj_b.dim() == 1 && proj_b.size(0) == D,
+              "gated_tail_proj: the projection must be (D, D) + (D) with D = ", D, ", got ", proj_w.sizes(), " + ", proj_b.sizes());
+  const at::Tensor w = ops::autocast_gemm_operand(proj_w);  // (D, D) in the autocast dtype under CUDA autocast
+  TORCH_CHECK(w.scalar_type() == ops::fused_result_dtype(o), "gated_tail_proj: the projection weight is ", w.scalar_type(), " but y is ",
+              ops::fused_result_dtype(o));
+  return GatedTailProjFn::apply(o, v, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, w, proj_b, grid_h,
+                                grid_w, eps);
 }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,

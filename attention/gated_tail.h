@@ -24,6 +24,16 @@ at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor
 at::Tensor gated_tail_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                             const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);
 
+// The tail and the block's output projection, out = y·Wᵀ + b (proj_w (D, D), proj_b (D)), as one
+// operation that keeps u but not y for the backward and recomputes y there from u, its LayerNorm
+// statistics and g (one element-wise pass instead of a second (B, N, D) tensor kept per block).
+// What the gated block runs when training on CUDA with NALA_RECOMPUTE=1 (ops/fused_ops.h); any
+// device (the CPU tests check it against autograd of the composition). Under CUDA autocast the
+// weight is cast as at::linear casts it.
+at::Tensor gated_tail_proj_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                 const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h,
+                                 int64_t grid_w, double eps);
+
 // The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
 at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                                 const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);

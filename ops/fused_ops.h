@@ -18,7 +18,8 @@ void set_gemm_epilogues(bool on);
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
 // backward and recompute it there (the attention's float32 state S, z, den from q, k, v:
-// attention/nala_attention.h); 0 (default until measured on the GPU: docs/benchmarks.md) keeps it.
+// attention/nala_attention.h; the output projection's input y from the tail's u:
+// attention/gated_tail.h gated_tail_proj_fused); 0 (default until measured on the GPU: docs/benchmarks.md) keeps it.
 // Any other value is an error.
 bool recompute_saved();
 void set_recompute_saved(bool on);

@@ -104,3 +104,39 @@ TEST(GatedTail, BadShapesNameTheValue) {
   EXPECT_THROW(gated_tail_fused(in.o, v.narrow(2, 0, 4), g, in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, 3, 3, 1e-5), std::exception);
   EXPECT_THROW(gated_tail_fused(in.o, v, g, at::randn({8, 1, 4, 4}), in.lepe_b, in.norm_w, in.norm_b, 3, 3, 1e-5), std::exception);
 }
+
+// gated_tail_proj_fused (NALA_RECOMPUTE=1's path: y recomputed in the backward, not kept) against
+// autograd of the composition followed by at::linear, in float64: the output and every gradient,
+// the projection's included; float32 within float32 rounding of the float64 composition.
+TEST(GatedTailProj, RecomputedYEqualsTheCompositionInFloat64AndFloat32) {
+  torch::manual_seed(2);
+  struct Case {
+    int64_t B, H, d, gh, gw, ks;
+  };
+  for (const Case& c : {Case{2, 3, 8, 4, 4, 5}, Case{1, 2, 4, 3, 7, 3}, Case{2, 3, 4, 2, 3, 0}}) {
+    const int64_t D = c.H * c.d, N = c.gh * c.gw;
+    const Inputs in = make(c.B, c.H, c.d, c.gh, c.gw, c.ks, at::kDouble);
+    const at::Tensor pw0 = at::randn({D, D}, at::kDouble) / std::sqrt(double(D)), pb0 = at::randn({D}, at::kDouble) * 0.1;
+    const at::Tensor w = at::randn({c.B, N, D}, at::kDouble);
+    auto run_proj = [&](bool fused, at::ScalarType t) {
+      auto leaf = [&](const at::Tensor& x) { return x.defined() ? x.detach().to(t).clone().requires_grad_(true) : at::Tensor(); };
+      Inputs l{leaf(in.qkvg), leaf(in.o), leaf(in.lepe_w), leaf(in.lepe_b), leaf(in.norm_w), leaf(in.norm_b)};
+      at::Tensor pw = leaf(pw0), pb = leaf(pb0);
+      at::Tensor v = l.qkvg.select(2, 2).reshape({c.B, N, D}), g = l.qkvg.select(2, 3).reshape({c.B, N, D});  // (B, N, D) strided views
+      at::Tensor out = fused ? gated_tail_proj_fused(l.o, v, g, l.lepe_w, l.lepe_b, l.norm_w, l.norm_b, pw, pb, c.gh, c.gw, 1e-5)
+                             : at::linear(gated_tail_reference(l.o, v, g, l.lepe_w, l.lepe_b, l.norm_w, l.norm_b, c.gh, c.gw, 1e-5), pw, pb);  // (B, N, D)
+      (out * w.to(t)).sum().backward();
+      auto grad = [](const at::Tensor& x) { return x.defined() ? x.grad() : at::Tensor(); };
+      return std::vector<at::Tensor>{out.detach(), l.qkvg.grad(), l.o.grad(), grad(l.lepe_w), grad(l.lepe_b), l.norm_w.grad(), l.norm_b.grad(),
+                                     pw.grad(), pb.grad()};
+    };
+    const char* names[] = {"out", "d qkvg", "d o", "d lepe.weight", "d lepe.bias", "d norm.weight", "d norm.bias", "d proj.weight", "d proj.bias"};
+    const auto ref = run_proj(false, at::kDouble), ours = run_proj(true, at::kDouble), ours32 = run_proj(true, at::kFloat);
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_EQ(ours[i].defined(), ref[i].defined()) << names[i];
+      if (!ref[i].defined()) continue;
+      EXPECT_LT(rel(ours[i], ref[i]), 1e-12) << "ks" << c.ks << " " << names[i];
+      EXPECT_LT(rel(ours32[i], ref[i]), 1e-5) << "ks" << c.ks << " float32 " << names[i];
+    }
+  }
+}

@@ -19,6 +19,7 @@
 
 #include "attention/cuda/gated_tail_cuda.h"
 #include "ops/fused_ops.h"
+#include "attention/blocks.h"
 #include "attention/gated_tail.h"
 
 using namespace nala::attention;
@@ -140,3 +141,40 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
 
 // The whole NaLaDiT-S/2 step on CUDA, fused (this tail included) vs NALA_FUSED_BLOCKS=0, is
 // BlockKernels.DiTStepFusedEqualsUnfused (tests/cuda/block_kernels_test.cpp).
+
+// NALA_RECOMPUTE=1 on the gated block as the trainer runs it (CUDA, bf16 autocast, and float32):
+// the attention's state and the projection's input y recomputed in the backward. The output is
+// the kept path's bit for bit (the same kernels and GEMM); the gradients of the input and of every
+// parameter equal the kept path's within float32 rounding, and within bf16 rounding of y under
+// autocast (the recomputed y is rounded by ATen, the kept one by the tail kernel).
+TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
+  for (bool autocast : {false, true}) {
+    torch::manual_seed(11);
+    GatedNalaAttention block(384, 6, GatedNalaConfig{});
+    block.to(at::kCUDA);
+    const at::Tensor x0 = at::randn({4, 256, 384}, at::kCUDA), w = at::randn({4, 256, 384}, at::kCUDA);
+    auto run_block = [&](bool recompute) {
+      set_recompute_saved(recompute);
+      block.zero_grad();
+      at::Tensor x = x0.clone().requires_grad_(true), out;
+      {
+        Autocast ac(autocast);
+        out = block.forward(x, 16, 16);  // (B, N, D)
+      }
+      (out.to(at::kFloat) * w).sum().backward();
+      set_recompute_saved(false);
+      std::vector<at::Tensor> r = {out.detach(), x.grad()};
+      for (const auto& p : block.parameters()) r.push_back(p.grad().clone());
+      return r;
+    };
+    const auto kept = run_block(false), again = run_block(true);
+    EXPECT_TRUE(at::equal(kept[0], again[0])) << "the output, autocast " << autocast;
+    double worst = 0;
+    for (size_t i = 1; i < kept.size(); ++i) {
+      const double e = rel(again[i], kept[i]);
+      worst = std::max(worst, e);
+      EXPECT_LT(e, autocast ? 1e-2 : 1e-5) << "gradient " << i << ", autocast " << autocast;
+    }
+    std::printf("recompute vs kept, %s: worst gradient difference %.2e\n", autocast ? "bf16 autocast" : "float32", worst);
+  }
+}
