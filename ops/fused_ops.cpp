@@ -37,7 +37,7 @@ bool read_switch(std::atomic<int>& state, const char* name, int fallback) {
 bool fused_block_ops() { return read_switch(g_fused, "NALA_FUSED_BLOCKS", 1); }
 void set_fused_block_ops(bool on) { g_fused = on ? 1 : 0; }
 
-bool gemm_epilogues() { return read_switch(g_epilogues, "NALA_GEMM_EPILOGUES", 0); }
+bool gemm_epilogues() { return read_switch(g_epilogues, "NALA_GEMM_EPILOGUES", 1); }
 void set_gemm_epilogues(bool on) { g_epilogues = on ? 1 : 0; }
 
 bool recompute_saved() { return read_switch(g_recompute, "NALA_RECOMPUTE", 0); }

@@ -1,5 +1,5 @@
 // The DiT block's MLP, fc2(GELU_tanh(fc1(x))) (timm's Mlp, DiT models.py:111-112), as one operation.
-// Training on CUDA with NALA_GEMM_EPILOGUES=1 (ops/fused_ops.h) it is one autograd op whose GEMMs
+// Training on CUDA (unless NALA_GEMM_EPILOGUES=0: ops/fused_ops.h) it is one autograd op whose GEMMs
 // carry the element-wise work in cuBLASLt epilogues (ops/cuda/gemm_epilogue.h):
 //   forward:  h, a = GELU(x W₁ᵀ + b₁), x W₁ᵀ + b₁   one GEMM (GELU_AUX_BIAS); a is kept
 //             out = h W₂ᵀ + b₂                         at::linear (bias epilogue)
