@@ -170,9 +170,21 @@ struct GatedTailFn : torch::autograd::Function<GatedTailFn> {
   }
 };
 
+// y recomputed from u for gated_tail_proj's backward: the forward's own LayerNorm-gate kernel where
+// the kernels take the tensors (bit for bit the forward's y), else y_from_u.
+at::Tensor recompute_y(const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& g, const at::Tensor& norm_w,
+                       const at::Tensor& norm_b, at::ScalarType out_dtype, int64_t heads, double eps) {
+#ifdef NALA_WITH_CUDA
+  if (u.is_cuda() && u.is_contiguous() && u.scalar_type() == out_dtype &&
+      cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), g, g, at::Tensor(), out_dtype))
+    return cuda::gated_tail_y(u, g, norm_w, norm_b, heads, eps);  // (B, N, D)
+#endif
+  return y_from_u(u, mean, rstd, g, norm_w, norm_b, out_dtype);  // (B, N, D)
+}
+
 // The tail and the output projection, out = y·Wᵀ + b, keeping u (which the tail's backward needs)
 // but not y (which the projection's weight gradient needs): the backward recomputes y from u, μ, r
-// and g (y_from_u), one element-wise pass, instead of keeping a second (B, N, D) tensor per block.
+// and g (recompute_y), one element-wise pass, instead of keeping a second (B, N, D) tensor per block.
 // w is in y's dtype (autocast's cast happens before, where autograd sees it); b in its own.
 struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w_in,
@@ -182,6 +194,7 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
                                  w.scalar_type());
     save_tail(ctx, s, o, v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, grid_h, grid_w, {w});
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    ctx->saved_data["eps"] = eps;
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
     return at::linear(s.y, w, b.to(w.scalar_type()));                                       // (B, N, D)
   }
@@ -191,7 +204,8 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
     const at::Tensor &g = sv[1], &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8], &w = sv[9];
     const int64_t B = u.size(0), N = u.size(1), D = u.size(2);
     const at::Tensor g2 = grads[0].reshape({-1, w.size(0)}).contiguous().to(w.scalar_type());  // (R, D)
-    const at::Tensor y = y_from_u(u, mean, rstd, g, norm_w, norm_b, w.scalar_type());         // (B, N, D), recomputed
+    const at::Tensor y = recompute_y(u, mean, rstd, g, norm_w, norm_b, w.scalar_type(), ctx->saved_data["heads"].toInt(),
+                                     ctx->saved_data["eps"].toDouble());                         // (B, N, D)
     at::Tensor dw = g2.t().mm(y.reshape({B * N, D}));                                           // (D, D)
     at::Tensor db = ops::column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt())); // (D)
     tensor_list r = saved_tail_backward(ctx, sv, g2.mm(w).view({B, N, D}));                     // ∂L/∂y (B, N, D)

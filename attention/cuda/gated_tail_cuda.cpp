@@ -104,6 +104,22 @@ GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, cons
   return r;
 }
 
+at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads, double eps) {
+  const c10::cuda::CUDAGuard guard(u.device());
+  TORCH_CHECK(u.is_contiguous() && aligned4(u) && vector_friendly(g) && g.sizes() == u.sizes() && g.scalar_type() == u.scalar_type(),
+              "gated_tail_y: u ", u.sizes(), " must be contiguous and g ", g.sizes(), " of its shape and dtype with unit channel stride");
+  GatedTailParams p = params_of(u, g, at::Tensor(), heads, 1, u.size(1));  // the grid plays no part in y
+  p.eps = float(eps);
+  check_parameter(norm_w, u, "norm.weight");
+  check_parameter(norm_b, u, "norm.bias");
+  const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
+  p.norm_w = nw.data_ptr<float>();
+  p.norm_b = nb.data_ptr<float>();
+  at::Tensor y = at::empty_like(u);  // (B, N, D)
+  launch_gated_tail_y(p, u.data_ptr(), y.data_ptr(), stream());
+  return y;
+}
+
 GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
                                    const at::Tensor& rstd, int64_t grid_h, int64_t grid_w) {

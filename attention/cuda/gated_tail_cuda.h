@@ -19,6 +19,10 @@ struct GatedTailSaved {
 GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                                   const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps, bool save);
 
+// y = LayerNorm(u)·SiLU(g) recomputed from the forward's u (B, N, D) contiguous, bit for bit the
+// forward's y (the same kernel); g as in the forward. u's dtype must be one the kernels take.
+at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads, double eps);
+
 struct GatedTailGrads {
   at::Tensor o;                // (B, H, N, d) contiguous
   at::Tensor v;                // (B, N, D) the LePE part; undefined without LePE

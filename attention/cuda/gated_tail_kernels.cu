@@ -3,7 +3,8 @@
 //   lepe_conv     u = o + LePE(v) + b       a block a tile (64 channels × 16 columns × 2-8 rows) with
 //                                           its input window in shared memory; a lane 2 channels, the
 //                                           taps' weights in registers; a warp a row of 16 outputs
-//   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels)
+//   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels); also
+//                                           alone, to recompute y from u in a backward
 //   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
 //   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv, sums per block in warp order
@@ -532,6 +533,19 @@ void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float
   const auto st = static_cast<cudaStream_t>(stream);
   if (p.bf16) forward_typed<__nv_bfloat16>(p, u, y, mean, rstd, st);
   else forward_typed<float>(p, u, y, mean, rstd, st);
+}
+
+void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, void* stream) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = unsigned(ceil_div(p.B * p.N, kWarps));
+  with_nv(p.D, [&](auto nv) {
+    if (p.bf16)
+      ln_gate_fwd<__nv_bfloat16, nv()><<<blocks, kWarps * 32, 0, st>>>(p, static_cast<const __nv_bfloat16*>(u), static_cast<__nv_bfloat16*>(y),
+                                                                         nullptr, nullptr);
+    else
+      ln_gate_fwd<float, nv()><<<blocks, kWarps * 32, 0, st>>>(p, static_cast<const float*>(u), static_cast<float*>(y), nullptr, nullptr);
+  });
+  check_launch("ln_gate_fwd (y recomputed)");
 }
 
 void launch_gated_tail_backward(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg,
