@@ -40,6 +40,8 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
+  if (x.is_cuda() && ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad())
+    return forward_recomputing(x, grid_h, grid_w);
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h), v's
   // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
   const auto t = ops::split_heads(ops::linear(qkvg, x).view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
@@ -47,16 +49,30 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor g = t[3].reshape({B, N, D});                                 // (B, N, D) strided view
-  at::Tensor o = cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w)
-                           : nala_attention(q, k, v, cfg_.nala);          // (B, H, N, d)
-  // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h);
-  // with NALA_RECOMPUTE=1 the projection joins it, so that y is recomputed in the backward, not kept
-  if (o.is_cuda() && ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad())
-    return gated_tail_proj_fused(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(),
-                                 norm->weight, norm->bias, proj->weight, proj->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
+  at::Tensor o = attend(q, k, v, grid_h, grid_w);                         // (B, H, N, d)
+  // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
   at::Tensor y = gated_tail(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
                             norm->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
   return ops::linear(proj, y);                                                // (B, N, D)
+}
+
+at::Tensor GatedNalaAttention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t grid_h, int64_t grid_w) {
+  return cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w) : nala_attention(q, k, v, cfg_.nala);  // (B, H, N, d)
+}
+
+// NALA_RECOMPUTE=1 (ops/fused_ops.h): q, k, v from the qkv rows of qkvg, and the gate's rows, the
+// tail and the output projection as one operation that keeps neither g nor y (they are recomputed in
+// its backward); the attention recomputes its state. The same parameters, the same result.
+at::Tensor GatedNalaAttention::forward_recomputing(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
+  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+  const at::Tensor w = ops::autocast_gemm_operand(qkvg->weight);  // (4D, D), cast once a forward under autocast
+  const at::Tensor xc = ops::autocast_gemm_operand(x);             // (B, N, D)
+  at::Tensor qkv = ops::linear_op(xc, w.narrow(0, 0, 3 * D), qkvg->bias.narrow(0, 0, 3 * D));  // (B, N, 3D)
+  const auto t = ops::split_heads(qkv.view({B, N, 3, heads_, d}), 2);                          // 4 × (B, N, H, d) strided views
+  at::Tensor o = attend(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), grid_h, grid_w);  // (B, H, N, d)
+  return gated_tail_proj_gate_fused(o, t[3].reshape({B, N, D}), xc, w.narrow(0, 3 * D, D), qkvg->bias.narrow(0, 3 * D, D),
+                                    lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight, norm->bias,
+                                    proj->weight, proj->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
 }
 
 std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg) {

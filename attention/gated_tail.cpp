@@ -170,6 +170,13 @@ struct GatedTailFn : torch::autograd::Function<GatedTailFn> {
   }
 };
 
+// g = x·gate_wᵀ + gate_b (B, N, D) contiguous, in gate_w's dtype (the gate part of the qkvg
+// projection, computed apart when it is not kept)
+at::Tensor gate_of(const at::Tensor& x, const at::Tensor& gate_w, const at::Tensor& gate_b) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
+  return at::linear(x, gate_w, gate_b.to(gate_w.scalar_type()));                          // (B, N, D)
+}
+
 // y recomputed from u for gated_tail_proj's backward: the forward's own LayerNorm-gate kernel where
 // the kernels take the tensors (bit for bit the forward's y), else y_from_u.
 at::Tensor recompute_y(const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& g, const at::Tensor& norm_w,
@@ -186,13 +193,19 @@ at::Tensor recompute_y(const at::Tensor& u, const at::Tensor& mean, const at::Te
 // but not y (which the projection's weight gradient needs): the backward recomputes y from u, μ, r
 // and g (recompute_y), one element-wise pass, instead of keeping a second (B, N, D) tensor per block.
 // w is in y's dtype (autocast's cast happens before, where autograd sees it); b in its own.
+// With a gate projection (gate_w (D, D) non-empty) the third input is not g but the block's
+// projection input x (B, N, D): g = x·gate_wᵀ + gate_b is computed in the forward, dropped, and
+// recomputed in the backward (one (R × D × D) GEMM), so g is not kept either; its gradient goes to
+// x, gate_w and gate_b.
 struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w_in,
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& o, const at::Tensor& v, const at::Tensor& g_or_x, const at::Tensor& lepe_w_in,
                             const at::Tensor& lepe_b_in, const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& w, const at::Tensor& b,
-                            int64_t grid_h, int64_t grid_w, double eps) {
+                            const at::Tensor& gate_w_in, const at::Tensor& gate_b_in, int64_t grid_h, int64_t grid_w, double eps) {
+    const at::Tensor gate_w = empty_as_absent(gate_w_in), gate_b = empty_as_absent(gate_b_in);
+    const at::Tensor g = gate_w.defined() ? gate_of(g_or_x, gate_w, gate_b) : g_or_x;  // (B, N, D)
     const Saved s = tail_forward(o, v, g, empty_as_absent(lepe_w_in), empty_as_absent(lepe_b_in), norm_w, norm_b, grid_h, grid_w, eps,
                                  w.scalar_type());
-    save_tail(ctx, s, o, v, g, lepe_w_in, lepe_b_in, norm_w, norm_b, grid_h, grid_w, {w});
+    save_tail(ctx, s, o, v, g_or_x, lepe_w_in, lepe_b_in, norm_w, norm_b, grid_h, grid_w, {w, gate_w_in, gate_b_in});
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
     ctx->saved_data["eps"] = eps;
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
@@ -200,17 +213,29 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto sv = ctx->get_saved_variables();
-    const at::Tensor &g = sv[1], &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8], &w = sv[9];
+    auto sv = ctx->get_saved_variables();
+    const at::Tensor x = sv[1];  // g, or x with a gate projection
+    const at::Tensor &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8], &w = sv[9];
+    const at::Tensor gate_w = empty_as_absent(sv[10]), gate_b = empty_as_absent(sv[11]);
     const int64_t B = u.size(0), N = u.size(1), D = u.size(2);
+    if (gate_w.defined()) sv[1] = gate_of(x, gate_w, gate_b);  // g (B, N, D), recomputed
     const at::Tensor g2 = grads[0].reshape({-1, w.size(0)}).contiguous().to(w.scalar_type());  // (R, D)
-    const at::Tensor y = recompute_y(u, mean, rstd, g, norm_w, norm_b, w.scalar_type(), ctx->saved_data["heads"].toInt(),
+    const at::Tensor y = recompute_y(u, mean, rstd, sv[1], norm_w, norm_b, w.scalar_type(), ctx->saved_data["heads"].toInt(),
                                      ctx->saved_data["eps"].toDouble());                         // (B, N, D)
     at::Tensor dw = g2.t().mm(y.reshape({B * N, D}));                                           // (D, D)
     at::Tensor db = ops::column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt())); // (D)
     tensor_list r = saved_tail_backward(ctx, sv, g2.mm(w).view({B, N, D}));                     // ∂L/∂y (B, N, D)
     r.push_back(dw);
     r.push_back(db);
+    at::Tensor dgate_w, dgate_b;
+    if (gate_w.defined()) {  // g = x·gate_wᵀ + gate_b: the gradient of g goes to its three inputs
+      const at::Tensor dg2 = r[2].reshape({B * N, D}).contiguous().to(gate_w.scalar_type());  // (R, D)
+      dgate_w = dg2.t().mm(x.reshape({B * N, D}));                                             // (D, D)
+      dgate_b = ops::column_sum(dg2).to(gate_b.scalar_type());                                 // (D)
+      r[2] = dg2.mm(gate_w).view({B, N, D}).to(x.scalar_type());                               // ∂L/∂x (B, N, D)
+    }
+    r.push_back(dgate_w);
+    r.push_back(dgate_b);
     r.resize(r.size() + 3);  // grid_h, grid_w, eps
     return r;
   }
@@ -246,18 +271,44 @@ at::Tensor gated_tail_fused(const at::Tensor& o, const at::Tensor& v, const at::
                             int64_t(ops::fused_result_dtype(o)));
 }
 
-at::Tensor gated_tail_proj_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
-                                 const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h,
-                                 int64_t grid_w, double eps) {
-  check_args(o, v, g, lepe_w, grid_h, grid_w);
+namespace {
+at::Tensor tail_proj(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& x, const at::Tensor& gate_w,
+                     const at::Tensor& gate_b, const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w, const at::Tensor& norm_b,
+                     const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h, int64_t grid_w, double eps) {
+  check_args(o, v, g.defined() ? g : v, lepe_w, grid_h, grid_w);
   const int64_t D = v.size(2);
   TORCH_CHECK(proj_w.dim() == 2 && proj_w.size(0) == D && proj_w.size(1) == D && proj_b.dim() == 1 && proj_b.size(0) == D,
               "gated_tail_proj: the projection must be (D, D) + (D) with D = ", D, ", got ", proj_w.sizes(), " + ", proj_b.sizes());
+  const at::ScalarType yt = ops::fused_result_dtype(o);
   const at::Tensor w = ops::autocast_gemm_operand(proj_w);  // (D, D) in the autocast dtype under CUDA autocast
-  TORCH_CHECK(w.scalar_type() == ops::fused_result_dtype(o), "gated_tail_proj: the projection weight is ", w.scalar_type(), " but y is ",
-              ops::fused_result_dtype(o));
-  return GatedTailProjFn::apply(o, v, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, w, proj_b, grid_h,
-                                grid_w, eps);
+  TORCH_CHECK(w.scalar_type() == yt, "gated_tail_proj: the projection weight is ", w.scalar_type(), " but y is ", yt);
+  at::Tensor gx = g, gw, gb;
+  if (!g.defined()) {
+    TORCH_CHECK(x.sizes() == v.sizes() && gate_w.dim() == 2 && gate_w.size(0) == D && gate_w.size(1) == D && gate_b.dim() == 1 && gate_b.size(0) == D,
+                "gated_tail_proj: x must be ", v.sizes(), " and the gate projection (D, D) + (D) with D = ", D, ", got x ", x.sizes(), ", ",
+                gate_w.sizes(), " + ", gate_b.sizes());
+    gx = ops::autocast_gemm_operand(x);  // (B, N, D)
+    gw = ops::autocast_gemm_operand(gate_w);
+    gb = gate_b;
+    TORCH_CHECK(gx.scalar_type() == gw.scalar_type() && gw.scalar_type() == v.scalar_type(), "gated_tail_proj: x ", gx.scalar_type(),
+                ", the gate weight ", gw.scalar_type(), " and v ", v.scalar_type(), " must share a dtype");
+  }
+  return GatedTailProjFn::apply(o, v, gx, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, w, proj_b,
+                                absent_as_empty(gw, norm_w), absent_as_empty(gb, norm_w), grid_h, grid_w, eps);
+}
+}  // namespace
+
+at::Tensor gated_tail_proj_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                 const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h,
+                                 int64_t grid_w, double eps) {
+  return tail_proj(o, v, g, {}, {}, {}, lepe_w, lepe_b, norm_w, norm_b, proj_w, proj_b, grid_h, grid_w, eps);
+}
+
+at::Tensor gated_tail_proj_gate_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& x, const at::Tensor& gate_w,
+                                      const at::Tensor& gate_b, const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w,
+                                      const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h, int64_t grid_w,
+                                      double eps) {
+  return tail_proj(o, v, at::Tensor(), x, gate_w, gate_b, lepe_w, lepe_b, norm_w, norm_b, proj_w, proj_b, grid_h, grid_w, eps);
 }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,

@@ -34,6 +34,15 @@ at::Tensor gated_tail_proj_fused(const at::Tensor& o, const at::Tensor& v, const
                                  const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h,
                                  int64_t grid_w, double eps);
 
+// The same with the gate computed inside from the block's projection input x (B, N, D) and the
+// gate's rows of the qkvg projection (gate_w (D, D), gate_b (D)): g = x·gate_wᵀ + gate_b is not kept
+// either but recomputed in the backward (one (B·N × D × D) GEMM); its gradient goes to x, gate_w and
+// gate_b. What the gated block runs with NALA_RECOMPUTE=1, its q, k, v from a separate GEMM.
+at::Tensor gated_tail_proj_gate_fused(const at::Tensor& o, const at::Tensor& v, const at::Tensor& x, const at::Tensor& gate_w,
+                                      const at::Tensor& gate_b, const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w,
+                                      const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h, int64_t grid_w,
+                                      double eps);
+
 // The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
 at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                                 const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);

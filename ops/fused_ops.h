@@ -19,9 +19,10 @@ void set_gemm_epilogues(bool on);
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
 // backward and recompute it there (the attention's float32 state S, z, den from q, k, v:
-// attention/nala_attention.h; the output projection's input y from the tail's u:
-// attention/gated_tail.h gated_tail_proj_fused); 0 (default) keeps it. Measured on the H200 for
-// NaLaDiT-XL/2 at batch 256: peak 107,592 → 98,239 MiB, step 507 → 573 ms (docs/benchmarks.md).
+// attention/nala_attention.h; the output projection's input y from the tail's u, and the gate g
+// from the block's input: attention/blocks.h forward_recomputing); 0 (default) keeps it. Measured
+// on the H200 for NaLaDiT-XL/2 at batch 256 with S and y recomputed (g and y's kernel came after):
+// peak 107,592 → 98,239 MiB, step 507 → 573 ms (docs/benchmarks.md).
 // Any other value is an error.
 bool recompute_saved();
 void set_recompute_saved(bool on);

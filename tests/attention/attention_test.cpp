@@ -320,3 +320,32 @@ TEST(Blocks, RopeVariantIsTranslationAwareAndDifferentiable) {
   EXPECT_GT(rel_err(rope, plain), 1e-3);  // positions change the numerator
   finite_difference_check([](auto& a, auto& b, auto& c) { return nala_attention_rope(a, b, c, {}, 1, 5); }, "nala_attention_rope");
 }
+
+// NALA_RECOMPUTE=1's block (forward_recomputing: q, k, v and the gate from separate GEMMs of qkvg's
+// rows; g, proj's input and the attention's state recomputed in the backward) against the plain
+// forward in float64: the output and the gradients of the input and of every parameter, with LePE
+// and without.
+TEST(Blocks, RecomputingBlockEqualsTheBlockInFloat64) {
+  for (int64_t ks : {5, 0}) {
+    at::manual_seed(12);
+    GatedNalaConfig cfg;
+    cfg.lepe_kernel = ks;
+    GatedNalaAttention blk(16, 2, cfg);
+    blk.to(at::kDouble);
+    const at::Tensor x0 = at::randn({2, 12, 16}, at::kDouble), w = at::randn({2, 12, 16}, at::kDouble);
+    auto run_block = [&](bool recomputing) {
+      blk.zero_grad();
+      nala::ops::set_recompute_saved(recomputing);
+      at::Tensor x = x0.clone().requires_grad_(true);
+      at::Tensor out = recomputing ? blk.forward_recomputing(x, 3, 4) : blk.forward(x, 3, 4);  // (B, N, D)
+      (out * w).sum().backward();
+      nala::ops::set_recompute_saved(false);
+      std::vector<std::pair<std::string, at::Tensor>> r = {{"out", out.detach()}, {"d x", x.grad()}};
+      for (const auto& p : blk.named_parameters()) r.emplace_back("d " + p.key(), p.value().grad().clone());
+      return r;
+    };
+    const auto ref = run_block(false), ours = run_block(true);
+    ASSERT_EQ(ref.size(), ours.size());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(rel_err(ours[i].second, ref[i].second), 1e-12) << "ks " << ks << " " << ref[i].first;
+  }
+}

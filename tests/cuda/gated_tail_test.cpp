@@ -143,10 +143,11 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
 // BlockKernels.DiTStepFusedEqualsUnfused (tests/cuda/block_kernels_test.cpp).
 
 // NALA_RECOMPUTE=1 on the gated block as the trainer runs it (CUDA, bf16 autocast, and float32):
-// the attention's state and the projection's input y recomputed in the backward. The output is
-// the kept path's bit for bit (the same kernels and GEMM); so are the gradients of the input and of
-// every parameter in practice (y is recomputed by the forward's own kernel, the state by the
-// forward's kernels), asserted within float32 / bf16 rounding and the worst difference printed.
+// q, k, v and the gate from two GEMMs of qkvg's rows instead of one, the gate, the projection's
+// input y and the attention's state recomputed in the backward. The output and the gradients of the
+// input and of every parameter equal the kept path's within float32 rounding, and within bf16
+// rounding under autocast (cuBLAS may pick other kernels for the narrower GEMMs); the worst
+// difference is printed.
 TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
   for (bool autocast : {false, true}) {
     torch::manual_seed(11);
@@ -168,13 +169,12 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
       return r;
     };
     const auto kept = run_block(false), again = run_block(true);
-    EXPECT_TRUE(at::equal(kept[0], again[0])) << "the output, autocast " << autocast;
     double worst = 0;
-    for (size_t i = 1; i < kept.size(); ++i) {
+    for (size_t i = 0; i < kept.size(); ++i) {
       const double e = rel(again[i], kept[i]);
       worst = std::max(worst, e);
-      EXPECT_LT(e, autocast ? 1e-2 : 1e-5) << "gradient " << i << ", autocast " << autocast;
+      EXPECT_LT(e, autocast ? 1e-2 : 1e-5) << (i == 0 ? "the output" : "gradient " + std::to_string(i - 1)) << ", autocast " << autocast;
     }
-    std::printf("recompute vs kept, %s: worst gradient difference %.2e\n", autocast ? "bf16 autocast" : "float32", worst);
+    std::printf("recompute vs kept, %s: worst output or gradient difference %.2e\n", autocast ? "bf16 autocast" : "float32", worst);
   }
 }
