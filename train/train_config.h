@@ -39,6 +39,9 @@ struct TrainConfig {
   // one process on CUDA: capture the whole step as a CUDA graph after a few eager steps and replay
   // it (models/cuda_graph.h)
   bool cuda_graphs = false;
+  // NaLa models: keep less for the backward and recompute it there (ops/fused_ops.h
+  // recompute_saved; the same as NALA_RECOMPUTE=1): less memory, slower steps
+  bool recompute = false;
   // TensorBoard event files in RUN/tb/ (report/tensorboard.h), beside metrics.jsonl
   bool tensorboard = true;
   int64_t max_nonfinite = 20;           // stop after this many skipped non-finite steps

@@ -1,5 +1,6 @@
 #include "train/train_step.h"
 
+#include "ops/fused_ops.h"
 #include "train/autocast_scope.h"
 
 #include <stdexcept>
@@ -41,6 +42,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       trainable_(trainable_parameters(model)), opt_(trainable_, adamw_options(cfg)),
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
       transport_(transport_config(cfg)) {
+  if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
   if (cfg.cuda_graphs) {
     const auto dev = trainable_.empty() ? c10::Device(c10::kCPU) : trainable_.front().device();

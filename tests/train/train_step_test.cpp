@@ -11,6 +11,7 @@
 
 #include "models/dit.h"
 #include "models/model_config.h"
+#include "ops/fused_ops.h"
 #include "train/train_config.h"
 #include "train/train_step.h"
 
@@ -110,4 +111,24 @@ TEST(TrainStep, CudaGraphsNeedOneProcessOnCuda) {
     EXPECT_NE(std::string(e.what()).find("--cuda-graphs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
   }
+}
+
+TEST(TrainStep, RecomputeTurnsTheSwitchOnAndChangesNoResult) {
+  // --recompute true (cfg.recompute) turns ops::recompute_saved on; on the CPU the NaLa attention
+  // then recomputes its state in the backward, and a step's loss and weights equal a step without
+  nala::ops::set_recompute_saved(false);
+  StepSetup a = make("flow"), b = make("flow");
+  a.cfg.recompute = true;
+  at::Tensor x = at::randn({4, 1, 8, 8}), y = at::tensor({0, 1, 2, 3}, at::kLong);  // (4, 1, 8, 8), (4,)
+  train::TrainStep plain(b.cfg, *b.model, *b.ema, nullptr, false);
+  torch::manual_seed(3);
+  const train::StepResult rb = plain.run(0, x, y);
+  EXPECT_FALSE(nala::ops::recompute_saved());
+  train::TrainStep recomputing(a.cfg, *a.model, *a.ema, nullptr, false);
+  EXPECT_TRUE(nala::ops::recompute_saved());
+  torch::manual_seed(3);
+  const train::StepResult ra = recomputing.run(0, x, y);
+  nala::ops::set_recompute_saved(false);
+  EXPECT_TRUE(at::equal(ra.loss, rb.loss));
+  EXPECT_TRUE(unchanged(*a.model, snapshot(*b.model))) << "weights after one step differ with --recompute";
 }
