@@ -26,6 +26,7 @@ at::Tensor as_image(const at::Tensor& v, int64_t grid_h, int64_t grid_w) {
 
 struct Saved {
   at::Tensor y, u, mean, rstd;  // mean, rstd (B, N) float
+  bool kernels = false;         // the CUDA kernels made them (else the ATen formulas)
 };
 
 // y = (x̂·w + b)·SiLU(g) with x̂ = (u − μ)·r, from what the forward keeps (u, μ, r): the ATen
@@ -108,7 +109,7 @@ Saved tail_forward(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g
 #ifdef NALA_WITH_CUDA
   if (cuda::gated_tail_supported(o, v, g, lepe_w, out_dtype)) {
     auto k = cuda::gated_tail_forward(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, true);
-    return {k.y, k.u, k.mean, k.rstd};
+    return {k.y, k.u, k.mean, k.rstd, true};
   }
 #endif
   return forward_aten(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
@@ -177,14 +178,15 @@ at::Tensor gate_of(const at::Tensor& x, const at::Tensor& gate_w, const at::Tens
   return at::linear(x, gate_w, gate_b.to(gate_w.scalar_type()));                          // (B, N, D)
 }
 
-// y recomputed from u for gated_tail_proj's backward: the forward's own LayerNorm-gate kernel where
-// the kernels take the tensors (bit for bit the forward's y), else y_from_u.
-at::Tensor recompute_y(const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& g, const at::Tensor& norm_w,
-                       const at::Tensor& norm_b, at::ScalarType out_dtype, int64_t heads, double eps) {
+// y recomputed from u for gated_tail_proj's backward, as the forward made it (bit for bit): the
+// forward's own LayerNorm-gate kernel when the forward ran the kernels, else y_from_u.
+at::Tensor recompute_y(bool kernels, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& g,
+                       const at::Tensor& norm_w, const at::Tensor& norm_b, at::ScalarType out_dtype, int64_t heads, double eps) {
+  ops::count_recomputation();
 #ifdef NALA_WITH_CUDA
-  if (u.is_cuda() && u.is_contiguous() && u.scalar_type() == out_dtype &&
-      cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), g, g, at::Tensor(), out_dtype))
-    return cuda::gated_tail_y(u, g, norm_w, norm_b, heads, eps);  // (B, N, D)
+  if (kernels) return cuda::gated_tail_y(u, g, norm_w, norm_b, heads, eps);  // (B, N, D)
+#else
+  TORCH_CHECK(!kernels, "gated_tail_proj: the forward ran CUDA kernels in a build without them");
 #endif
   return y_from_u(u, mean, rstd, g, norm_w, norm_b, out_dtype);  // (B, N, D)
 }
@@ -207,6 +209,7 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
                                  w.scalar_type());
     save_tail(ctx, s, o, v, g_or_x, lepe_w_in, lepe_b_in, norm_w, norm_b, grid_h, grid_w, {w, gate_w_in, gate_b_in});
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    ctx->saved_data["kernels"] = s.kernels;
     ctx->saved_data["eps"] = eps;
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
     return at::linear(s.y, w, b.to(w.scalar_type()));                                       // (B, N, D)
@@ -218,10 +221,13 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
     const at::Tensor &norm_w = sv[4], &norm_b = sv[5], &u = sv[6], &mean = sv[7], &rstd = sv[8], &w = sv[9];
     const at::Tensor gate_w = empty_as_absent(sv[10]), gate_b = empty_as_absent(sv[11]);
     const int64_t B = u.size(0), N = u.size(1), D = u.size(2);
-    if (gate_w.defined()) sv[1] = gate_of(x, gate_w, gate_b);  // g (B, N, D), recomputed
+    if (gate_w.defined()) {
+      sv[1] = gate_of(x, gate_w, gate_b);  // g (B, N, D), recomputed
+      ops::count_recomputation();
+    }
     const at::Tensor g2 = grads[0].reshape({-1, w.size(0)}).contiguous().to(w.scalar_type());  // (R, D)
-    const at::Tensor y = recompute_y(u, mean, rstd, sv[1], norm_w, norm_b, w.scalar_type(), ctx->saved_data["heads"].toInt(),
-                                     ctx->saved_data["eps"].toDouble());                         // (B, N, D)
+    const at::Tensor y = recompute_y(ctx->saved_data["kernels"].toBool(), u, mean, rstd, sv[1], norm_w, norm_b, w.scalar_type(),
+                                     ctx->saved_data["heads"].toInt(), ctx->saved_data["eps"].toDouble());  // (B, N, D)
     at::Tensor dw = g2.t().mm(y.reshape({B * N, D}));                                           // (D, D)
     at::Tensor db = ops::column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt())); // (D)
     tensor_list r = saved_tail_backward(ctx, sv, g2.mm(w).view({B, N, D}));                     // ∂L/∂y (B, N, D)

@@ -93,6 +93,7 @@ struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFun
     at::Tensor go = grads[0];
     if (!saved[3].defined()) {  // recomputed: the forward's state phase once more (its output o is dropped)
       NalaForward r = forward_kernels(saved[0], saved[1], saved[2], opt, true);
+      ops::count_recomputation();
       saved[3] = r.S;    // (B, H, Fp, Dp) float32 on CUDA, (B, H, F, d) on the CPU
       saved[4] = r.z;    // (B, H, Fp)
       saved[5] = r.den;  // (B, H, N)

@@ -26,6 +26,10 @@ void set_gemm_epilogues(bool on);
 // Any other value is an error.
 bool recompute_saved();
 void set_recompute_saved(bool on);
+// How many tensors backward passes have recomputed so far (the attention's state, y, g: one each
+// time), so that tests can tell that a recomputation happened.
+int64_t recomputations();
+void count_recomputation();
 
 // The dtype a fused operation returns for input x: the autocast dtype under CUDA autocast (what
 // the next GEMM reads), else x's own.

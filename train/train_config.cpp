@@ -81,7 +81,7 @@ const std::vector<ConfigField>& train_config_fields() {
       {"overlap_grads", "overlap-grads", "data parallel: all-reduce gradient buckets during the backward as they fill (false: after it)", &C::overlap_grads, true},
       {"bucket_mb", "bucket-mb", "data parallel: gradient bucket size in MiB (PyTorch DDP's default 25)", &C::bucket_mb, true},
       {"cuda_graphs", "cuda-graphs", "one process on CUDA: replay the training step as a CUDA graph (true or false)", &C::cuda_graphs, true},
-      {"recompute", "recompute", "NaLa models on CUDA: recompute the attention state, the gate and the tail's output in the backward instead of keeping them: less memory, slower steps (true or false)", &C::recompute, true},
+      {"recompute", "recompute", "NaLa models: recompute the attention state (and on CUDA the gate and the tail's output) in the backward instead of keeping them: less memory, slower steps (true or false; NALA_RECOMPUTE=1 is the same)", &C::recompute, true},
       {"tensorboard", "tensorboard", "TensorBoard event files in RUN/tb (true or false)", &C::tensorboard, true},
       {"max_nonfinite", "max-nonfinite", "skipped non-finite steps before giving up", &C::max_nonfinite, true},
       {"max_minutes", "max-minutes", "stop and checkpoint after this long (0: no limit)", &C::max_minutes, true},

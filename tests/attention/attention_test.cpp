@@ -139,9 +139,12 @@ TEST(NalaAttention, RecomputedStateGivesTheSameGradients) {
       auto [q, k, v] = strided_qkv(2, 3, 29, 8, dt);
       at::Tensor gout = at::randn({2, 3, 29, 8}, dt);
       nala::ops::set_recompute_saved(true);
+      const int64_t before = nala::ops::recomputations();
       const OursAndReference r = ours_and_reference(q, k, v, gout, o);
+      EXPECT_EQ(nala::ops::recomputations() - before, 1) << "the backward recomputed the state once";
       nala::ops::set_recompute_saved(false);
       const OursAndReference kept = ours_and_reference(q, k, v, gout, o);
+      EXPECT_EQ(nala::ops::recomputations() - before, 1) << "the kept-state path recomputed something";
       const double tol = dt == at::kDouble ? 1e-10 : 2e-5;
       for (int i = 0; i < 3; ++i) {
         EXPECT_LT(rel_err(r.g_ours[size_t(i)], r.g_ref[size_t(i)]), tol) << feature_map_name(f) << " d" << "qkv"[i];
@@ -337,8 +340,10 @@ TEST(Blocks, RecomputingBlockEqualsTheBlockInFloat64) {
       blk.zero_grad();
       nala::ops::set_recompute_saved(recomputing);
       at::Tensor x = x0.clone().requires_grad_(true);
+      const int64_t before = nala::ops::recomputations();
       at::Tensor out = recomputing ? blk.forward_recomputing(x, 3, 4) : blk.forward(x, 3, 4);  // (B, N, D)
       (out * w).sum().backward();
+      EXPECT_EQ(nala::ops::recomputations() - before, recomputing ? 3 : 0) << "the state, g and y, each once";
       nala::ops::set_recompute_saved(false);
       std::vector<std::pair<std::string, at::Tensor>> r = {{"out", out.detach()}, {"d x", x.grad()}};
       for (const auto& p : blk.named_parameters()) r.emplace_back("d " + p.key(), p.value().grad().clone());

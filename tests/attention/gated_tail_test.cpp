@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "attention/gated_tail.h"
+#include "ops/fused_ops.h"
 
 using namespace nala::attention;
 
@@ -125,7 +126,9 @@ TEST(GatedTailProj, RecomputedYEqualsTheCompositionInFloat64AndFloat32) {
       at::Tensor v = l.qkvg.select(2, 2).reshape({c.B, N, D}), g = l.qkvg.select(2, 3).reshape({c.B, N, D});  // (B, N, D) strided views
       at::Tensor out = fused ? gated_tail_proj_fused(l.o, v, g, l.lepe_w, l.lepe_b, l.norm_w, l.norm_b, pw, pb, c.gh, c.gw, 1e-5)
                              : at::linear(gated_tail_reference(l.o, v, g, l.lepe_w, l.lepe_b, l.norm_w, l.norm_b, c.gh, c.gw, 1e-5), pw, pb);  // (B, N, D)
+      const int64_t before = nala::ops::recomputations();
       (out * w.to(t)).sum().backward();
+      EXPECT_EQ(nala::ops::recomputations() - before, fused ? 1 : 0) << "y recomputed once";
       auto grad = [](const at::Tensor& x) { return x.defined() ? x.grad() : at::Tensor(); };
       return std::vector<at::Tensor>{out.detach(), l.qkvg.grad(), l.o.grad(), grad(l.lepe_w), grad(l.lepe_b), l.norm_w.grad(), l.norm_b.grad(),
                                      pw.grad(), pb.grad()};

@@ -158,11 +158,13 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
       set_recompute_saved(recompute);
       block.zero_grad();
       at::Tensor x = x0.clone().requires_grad_(true), out;
+      const int64_t before = recomputations();
       {
         Autocast ac(autocast);
         out = block.forward(x, 16, 16);  // (B, N, D)
       }
       (out.to(at::kFloat) * w).sum().backward();
+      EXPECT_EQ(recomputations() - before, recompute ? 3 : 0) << "the state, g and y, each once (forward_recomputing chosen)";
       set_recompute_saved(false);
       std::vector<at::Tensor> r = {out.detach(), x.grad()};
       for (const auto& p : block.parameters()) r.push_back(p.grad().clone());

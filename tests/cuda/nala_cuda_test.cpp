@@ -251,7 +251,9 @@ TEST_F(NalaCuda, RecomputedStateGivesTheSameGradients) {
   auto grads = [&](bool recompute) {
     nala::ops::set_recompute_saved(recompute);
     at::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+    const int64_t before = nala::ops::recomputations();
     nala_attention(qg, kg, vg).backward(go);
+    EXPECT_EQ(nala::ops::recomputations() - before, recompute ? 1 : 0);
     nala::ops::set_recompute_saved(false);
     return std::vector<at::Tensor>{qg.grad(), kg.grad(), vg.grad()};
   };

@@ -127,7 +127,9 @@ TEST(TrainStep, RecomputeTurnsTheSwitchOnAndChangesNoResult) {
   train::TrainStep recomputing(a.cfg, *a.model, *a.ema, nullptr, false);
   EXPECT_TRUE(nala::ops::recompute_saved());
   torch::manual_seed(3);
+  const int64_t before = nala::ops::recomputations();
   const train::StepResult ra = recomputing.run(0, x, y);
+  EXPECT_GT(nala::ops::recomputations(), before) << "the step recomputed nothing";
   nala::ops::set_recompute_saved(false);
   EXPECT_TRUE(at::equal(ra.loss, rb.loss));
   EXPECT_TRUE(unchanged(*a.model, snapshot(*b.model))) << "weights after one step differ with --recompute";
