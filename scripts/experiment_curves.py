@@ -143,15 +143,19 @@ def plot(args):
     out.mkdir(parents=True, exist_ok=True)
     labels = sorted({model_label(r) for r in runs})
     colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
-    styles = {"unguided": "-"}
+    styles = {"unguided": "-"}   # guided: dashed; a one-checkpoint mode (unguided-fp8): a marker alone
 
     def curve_plot(x_key, x_label, metric_keys, path):
         fig, axes = plt.subplots(1, len(metric_keys), figsize=(5.2 * len(metric_keys), 4), squeeze=False)
         for ax, (key, name) in zip(axes[0], metric_keys):
             for run, curves in runs.items():
                 for mode, pts in sorted(curves.items()):
-                    ax.plot([p[x_key] for p in pts], [p[key] for p in pts], styles.get(mode, "--"), marker="o", ms=3,
+                    one = len(pts) == 1
+                    ax.plot([p[x_key] for p in pts], [p[key] for p in pts], "" if one else styles.get(mode, "--"),
+                            marker="x" if one else "o", ms=6 if one else 3,
                             color=colors[model_label(run)], label=f"{run.name} ({mode})")
+            if key == "fd_fmnist":
+                ax.set_yscale("log")   # FD falls over a decade between the first and last checkpoints
             ax.set_xlabel(x_label)
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
