@@ -228,17 +228,19 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
     const at::Tensor g2 = grads[0].reshape({-1, w.size(0)}).contiguous().to(w.scalar_type());  // (R, D)
     const at::Tensor y = recompute_y(ctx->saved_data["kernels"].toBool(), u, mean, rstd, sv[1], norm_w, norm_b, w.scalar_type(),
                                      ctx->saved_data["heads"].toInt(), ctx->saved_data["eps"].toDouble());  // (B, N, D)
-    at::Tensor dw = g2.t().mm(y.reshape({B * N, D}));                                           // (D, D)
-    at::Tensor db = ops::column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt())); // (D)
-    tensor_list r = saved_tail_backward(ctx, sv, g2.mm(w).view({B, N, D}));                     // ∂L/∂y (B, N, D)
-    r.push_back(dw);
-    r.push_back(db);
+    const ops::LinearGrads proj = ops::linear_grads(g2, y.reshape({B * N, D}), w, at::ScalarType(ctx->saved_data["b_dtype"].toInt()), true,
+                                                    ctx->needs_input_grad(7), ctx->needs_input_grad(8));  // ∂L/∂y (R, D), (D, D), (D)
+    tensor_list r = saved_tail_backward(ctx, sv, proj.x.view({B, N, D}));  // o, v, g, lepe.weight, lepe.bias, norm.weight, norm.bias
+    r.push_back(proj.w);
+    r.push_back(proj.b);
     at::Tensor dgate_w, dgate_b;
     if (gate_w.defined()) {  // g = x·gate_wᵀ + gate_b: the gradient of g goes to its three inputs
       const at::Tensor dg2 = r[2].reshape({B * N, D}).contiguous().to(gate_w.scalar_type());  // (R, D)
-      dgate_w = dg2.t().mm(x.reshape({B * N, D}));                                             // (D, D)
-      dgate_b = ops::column_sum(dg2).to(gate_b.scalar_type());                                 // (D)
-      r[2] = dg2.mm(gate_w).view({B, N, D}).to(x.scalar_type());                               // ∂L/∂x (B, N, D)
+      const ops::LinearGrads gate = ops::linear_grads(dg2, x.reshape({B * N, D}), gate_w, gate_b.scalar_type(), ctx->needs_input_grad(2),
+                                                      ctx->needs_input_grad(9), ctx->needs_input_grad(10));  // (R, D), (D, D), (D)
+      r[2] = gate.x.defined() ? gate.x.view({B, N, D}).to(x.scalar_type()) : gate.x;  // ∂L/∂x (B, N, D)
+      dgate_w = gate.w;
+      dgate_b = gate.b;
     }
     r.push_back(dgate_w);
     r.push_back(dgate_b);

@@ -33,11 +33,9 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const at::Tensor &x = saved[0], &w = saved[1];
     const int64_t out = w.size(0), in = w.size(1);
     const at::Tensor g2 = grads[0].reshape({-1, out}).contiguous();  // (R, out)
-    at::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = g2.mm(w).view(x.sizes());                               // (…, in)
-    if (ctx->needs_input_grad(1)) dw = g2.t().mm(x.reshape({-1, in}));                          // (out, in)
-    if (ctx->needs_input_grad(2)) db = column_sum(g2).to(at::ScalarType(ctx->saved_data["b_dtype"].toInt()));  // (out)
-    return {dx, dw, db};
+    const LinearGrads d = linear_grads(g2, x.reshape({-1, in}), w, at::ScalarType(ctx->saved_data["b_dtype"].toInt()),
+                                       ctx->needs_input_grad(0), ctx->needs_input_grad(1), ctx->needs_input_grad(2));
+    return {d.x.defined() ? d.x.view(x.sizes()) : d.x, d.w, d.b};  // (…, in), (out, in), (out)
   }
 };
 
@@ -48,6 +46,15 @@ at::Tensor column_sum(const at::Tensor& g2) {
   if (cuda::column_sum_supported(g2)) return cuda::column_sum(g2);
 #endif
   return g2.sum(0, false, g2.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // (C)
+}
+
+LinearGrads linear_grads(const at::Tensor& dout2, const at::Tensor& x2, const at::Tensor& w, at::ScalarType b_dtype, bool need_x, bool need_w,
+                         bool need_b) {
+  LinearGrads d;
+  if (need_x) d.x = dout2.mm(w);                          // (R, in)
+  if (need_w) d.w = dout2.t().mm(x2);                     // (out, in)
+  if (need_b) d.b = column_sum(dout2).to(b_dtype);        // (out)
+  return d;
 }
 
 at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {

@@ -27,6 +27,16 @@ at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor&
 // where it takes the tensor, ATen elsewhere. A bias gradient.
 at::Tensor column_sum(const at::Tensor& g2);
 
+// The three gradients of out = x·wᵀ + b from dout2 = ∂L/∂out (R, out) and x2 (R, in), each only
+// where its flag asks (else undefined): x (R, in) = dout2·w, w (out, in) = dout2ᵀ·x2 and
+// b (out) = column_sum(dout2) in b_dtype. dout2, x2 and w of one dtype. The backward of linear_op
+// and of the fused operations that end or begin with a linear layer.
+struct LinearGrads {
+  at::Tensor x, w, b;
+};
+LinearGrads linear_grads(const at::Tensor& dout2, const at::Tensor& x2, const at::Tensor& w, at::ScalarType b_dtype, bool need_x = true,
+                         bool need_w = true, bool need_b = true);
+
 // The layer as its own autograd operation on any device (what linear() uses on CUDA when training;
 // the CPU tests check its backward against autograd of at::linear). b must be defined.
 at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);

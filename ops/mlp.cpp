@@ -65,16 +65,17 @@ struct MlpFn : torch::autograd::Function<MlpFn> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x2 = saved[0], &w1 = saved[1], &w2 = saved[2], &a = saved[3], &h = saved[4];
     const at::Tensor g = grads[0].reshape({-1, w2.size(0)}).to(h.scalar_type()).contiguous();  // (R, D)
-    at::Tensor dx, dw1, db1, dw2, db2;
-    if (ctx->needs_input_grad(3)) dw2 = g.t().mm(h);                                                                    // (D, H)
-    if (ctx->needs_input_grad(4)) db2 = column_sum(g).to(at::ScalarType(ctx->saved_data["b2_dtype"].toInt()));        // (D)
+    // fc2: its input gradient comes fused with dGELU below, so only its weight and bias here
+    const LinearGrads fc2 = linear_grads(g, h, w2, at::ScalarType(ctx->saved_data["b2_dtype"].toInt()), false, ctx->needs_input_grad(3),
+                                         ctx->needs_input_grad(4));  // (D, H), (D)
+    LinearGrads fc1;
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
-      const at::Tensor dy = fc1_pre_activation_grad(g, w2, a, ctx->saved_data["lt"].toBool());                          // (R, H)
-      if (ctx->needs_input_grad(2)) db1 = column_sum(dy).to(at::ScalarType(ctx->saved_data["b1_dtype"].toInt()));     // (H)
-      if (ctx->needs_input_grad(1)) dw1 = dy.t().mm(x2);                                                                // (H, D)
-      if (ctx->needs_input_grad(0)) dx = dy.mm(w1).view(ctx->saved_data["x_shape"].toIntVector());                     // (…, D)
+      const at::Tensor dy = fc1_pre_activation_grad(g, w2, a, ctx->saved_data["lt"].toBool());  // (R, H)
+      fc1 = linear_grads(dy, x2, w1, at::ScalarType(ctx->saved_data["b1_dtype"].toInt()), ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                         ctx->needs_input_grad(2));  // (R, D), (H, D), (H)
     }
-    return {dx, dw1, db1, dw2, db2};
+    const at::Tensor dx = fc1.x.defined() ? fc1.x.view(ctx->saved_data["x_shape"].toIntVector()) : fc1.x;  // (…, D)
+    return {dx, fc1.w, fc1.b, fc2.w, fc2.b};
   }
 };
 
