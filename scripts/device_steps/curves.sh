@@ -14,7 +14,8 @@
 # A run takes longer than a device call: start it in the background (setsid ... &) and poll;
 # W/done-sSEED appears when everything is evaluated and packed (W = CURVES_DIR, default
 # build-device/curves). Re-running it resumes the trainings and evaluates what is missing.
-# W/failed-sSEED appears within CURVES_START_CHECK_S (20) seconds when a training dies at its start.
+# W/failed-sSEED appears within CURVES_START_CHECK_S (20) seconds when a training dies at its start,
+# W/started-sSEED when none did (scripts/device_steps/curves-start.sh launches it and waits for these).
 # Poll with scripts/device_steps/curves-poll.sh OUT SEED SECONDS at the end of every call: it packs what
 # is there, so a lease that ends first keeps the evaluations made so far.
 # CURVES_EVAL_DURING=0 evaluates only after the trainings end and CURVES_UNGUIDED_ONLY=1 skips the
@@ -39,7 +40,7 @@ samples=${CURVES_SAMPLES:-5000}
 batch=${CURVES_BATCH:-256}   # both trainers
 w=${CURVES_DIR:-$root/build-device/curves}
 mkdir -p "$w" "$out"
-rm -f "$w/done-s$seed" "$w/failed-s$seed"
+rm -f "$w/done-s$seed" "$w/failed-s$seed" "$w/started-s$seed"
 # the data: device_build.sh exports NALA_FASHION_MNIST; launched on its own, take the carried copy
 if [ -z "${NALA_FASHION_MNIST:-}" ] && [ -d "$root/.carry/fashion-mnist" ]; then export NALA_FASHION_MNIST=$root/.carry/fashion-mnist; fi
 cls=$w/fmnist_classifier.safetensors
@@ -86,6 +87,7 @@ for i in "${!pids[@]}"; do
     [ "${rcs[$i]}" != 0 ] && { echo "${runs[$i]}: train failed at its start"; tail -3 "${runs[$i]}.train.log"; touch "$w/failed-s$seed"; }
   fi
 done
+[ -f "$w/failed-s$seed" ] || touch "$w/started-s$seed"   # curves-start.sh waits for one of the two
 
 evaluate() {
   python3 scripts/experiment_curves.py eval "${runs[@]}" --classifier "$cls" --samples "$samples" --device "$dev" \
