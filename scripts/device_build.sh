@@ -2,9 +2,13 @@
 # The one script for the GPU machine (H100/H200): configure, build (sm_90), run the CUDA tests,
 # run the benchmarks, print a short table last. Run from the repository root there, with the
 # .carry folder carried (scripts/prepare_carry.sh makes it here):
-#   bash scripts/device_build.sh [steps...]     steps: build tests cli-tests sanitize bench-attention, or any
+#   bash scripts/device_build.sh [steps...]     steps: build prebuilt tests cli-tests sanitize bench-attention, or any
 #                                               scripts/device_steps/NAME.sh as NAME[:ARG:ARG] (default: build tests smoke)
 # Before CUDA work lands: `build tests smoke` in one call (smoke runs every sub-command on CUDA as a user does).
+# `prebuilt` instead of `build`: the binaries scripts/prepare_prebuilt.sh packed on the CPU machine
+# (.carry/prebuilt.tar.xz), used when their source digest equals this tree's and they run here, else
+# `build`. They find their libraries through LD_LIBRARY_PATH, which this script sets: run the steps
+# through it (bash scripts/device_build.sh STEP), not alone.
 # Logs go to $OUT (when set) so the device tool brings them back.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,24 +23,57 @@ summary="$out/summary.txt"
 : > "$summary"
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 t_start=$(date +%s)
+# torch's libraries and the CUDA runtime it loads (the wheel's nvidia/cu13/lib), then the toolkit's
+torch_lib=$(python3 -c 'import os, torch; t = os.path.dirname(torch.__file__); print(":".join([os.path.join(t, "lib"), os.path.join(os.path.dirname(t), "nvidia", "cu13", "lib"), "/usr/local/cuda/lib64"]))' 2> /dev/null)
+# a prebuilt's layer libraries and this machine's torch (its RUNPATH names the CPU machine's)
+[ -f build-device/prebuilt.txt ] && export LD_LIBRARY_PATH="$root/build-device/lib:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+build() {
+  local t0=$(date +%s)
+  rm -f build-device/prebuilt.txt   # what lands in build-device now is this machine's build
+  py=$(command -v python3)
+  prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  if [ ! -f build-device/build.ninja ]; then
+    cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DNALA_CUDA=ON -DNALA_GPU_TESTS=ON \
+          -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$logs/configure.log" 2>&1 \
+      || { tail -30 "$logs/configure.log"; note "configure FAILED"; exit 1; }
+  fi
+  ninja -C build-device -j "$(nproc)" nala nala_testtool nala_cuda_tests nala_torch_ext > "$logs/build.log" 2>&1 \
+    || { grep -E "error|FAILED" "$logs/build.log" | head -30; note "build FAILED"; exit 1; }
+  grep -E "NCCL headers" "$logs/configure.log" | tee -a "$summary"
+  note "build: ok ($(( $(date +%s) - t0 )) s)"
+  ./build-device/nala --version | tee -a "$summary"
+}
+
+# the prebuilt binaries when they are this tree's and run here; 0 when they are in place
+use_prebuilt() {
+  local tarball=.carry/prebuilt.tar.xz want have
+  [ -f "$tarball" ] || { note "prebuilt: no $tarball (scripts/prepare_prebuilt.sh makes it)"; return 1; }
+  [ -f build-device/build.ninja ] && { note "prebuilt: build-device holds a build of this machine: building instead"; return 1; }
+  want=$(bash scripts/source_digest.sh)
+  have=$(tar xJf "$tarball" -O prebuilt.txt | head -1)
+  [ "$have" = "$want" ] || { note "prebuilt: its sources ($have) are not this tree's ($want)"; return 1; }
+  mkdir -p build-device && tar xJf "$tarball" -C build-device
+  export LD_LIBRARY_PATH="$root/build-device/lib:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ! ./build-device/nala --version > "$logs/prebuilt.log" 2>&1 || ! grep -q "CUDA available: yes" "$logs/prebuilt.log"; then
+    tail -5 "$logs/prebuilt.log"
+    note "prebuilt: does not run here"
+    (cd build-device && rm -rf nala nala_testtool tests/nala_cuda_tests lib prebuilt.txt)
+    return 1
+  fi
+  note "prebuilt: ok ($(sed -n 2,3p build-device/prebuilt.txt | paste -sd' '))"
+  cat "$logs/prebuilt.log" | tee -a "$summary"
+}
 failed=0   # any failing step makes the script exit non-zero (after the summary)
 
 for step in "${steps[@]}"; do
   t0=$(date +%s)
   case "$step" in
     build)
-      py=$(command -v python3)
-      prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
-      if [ ! -f build-device/build.ninja ]; then
-        cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DNALA_CUDA=ON -DNALA_GPU_TESTS=ON \
-              -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$logs/configure.log" 2>&1 \
-          || { tail -30 "$logs/configure.log"; note "configure FAILED"; exit 1; }
-      fi
-      ninja -C build-device -j "$(nproc)" nala nala_testtool nala_cuda_tests nala_torch_ext > "$logs/build.log" 2>&1 \
-        || { grep -E "error|FAILED" "$logs/build.log" | head -30; note "build FAILED"; exit 1; }
-      grep -E "NCCL headers" "$logs/configure.log" | tee -a "$summary"
-      note "build: ok ($(( $(date +%s) - t0 )) s)"
-      ./build-device/nala --version | tee -a "$summary"
+      build
+      ;;
+    prebuilt)
+      use_prebuilt || build
       ;;
     tests)
       ./build-device/tests/nala_cuda_tests > "$logs/cuda_tests.log" 2>&1
