@@ -23,10 +23,8 @@ summary="$out/summary.txt"
 : > "$summary"
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 t_start=$(date +%s)
-# torch's libraries and the CUDA runtime it loads (the wheel's nvidia/cu13/lib), then the toolkit's
-torch_lib=$(python3 -c 'import os, torch; t = os.path.dirname(torch.__file__); print(":".join([os.path.join(t, "lib"), os.path.join(os.path.dirname(t), "nvidia", "cu13", "lib"), "/usr/local/cuda/lib64"]))' 2> /dev/null)
-# a prebuilt's layer libraries and this machine's torch (its RUNPATH names the CPU machine's)
-[ -f build-device/prebuilt.txt ] && export LD_LIBRARY_PATH="$root/build-device/lib:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$root/scripts/device_lib.sh"
+device_library_path "$root"   # a prebuilt's libraries (a later call on the same machine)
 
 build() {
   local t0=$(date +%s)
@@ -54,14 +52,14 @@ use_prebuilt() {
   have=$(tar xJf "$tarball" -O prebuilt.txt | head -1)
   [ "$have" = "$want" ] || { note "prebuilt: its sources ($have) are not this tree's ($want)"; return 1; }
   mkdir -p build-device && tar xJf "$tarball" -C build-device
-  export LD_LIBRARY_PATH="$root/build-device/lib:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  device_library_path "$root" || return 1
   if ! ./build-device/nala --version > "$logs/prebuilt.log" 2>&1 || ! grep -q "CUDA available: yes" "$logs/prebuilt.log"; then
     tail -5 "$logs/prebuilt.log"
     note "prebuilt: does not run here"
     (cd build-device && rm -rf nala nala_testtool tests/nala_cuda_tests lib prebuilt.txt)
     return 1
   fi
-  note "prebuilt: ok ($(sed -n 2,3p build-device/prebuilt.txt | paste -sd' '))"
+  note "prebuilt: ok ($(sed -n 2,4p build-device/prebuilt.txt | paste -sd' '))"
   cat "$logs/prebuilt.log" | tee -a "$summary"
 }
 failed=0   # any failing step makes the script exit non-zero (after the summary)

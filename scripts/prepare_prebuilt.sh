@@ -13,7 +13,7 @@ b=$root/build
 grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$b/CMakeCache.txt" || { echo "prepare_prebuilt: $b is not a Release build" >&2; exit 1; }
 archs=$(sed -n 's/^NALA_CUDA_ARCHS:[A-Z]*=//p' "$b/CMakeCache.txt")   # unset: cmake/torch.cmake's default, 90
 [ -z "$archs" ] || [ "$archs" = 90 ] || { echo "prepare_prebuilt: $b is built for CUDA archs $archs, the H200 needs 90" >&2; exit 1; }
-ninja -C "$b" nala nala_testtool nala_cuda_tests > /dev/null
+ninja -C "$b" nala nala_testtool nala_cuda_tests > /tmp/prepare_prebuilt.log 2>&1 || { tail -30 /tmp/prepare_prebuilt.log >&2; echo "prepare_prebuilt: the build failed" >&2; exit 1; }
 "$b/nala" --version | grep -q "built with CUDA kernels: yes" || { echo "prepare_prebuilt: $b/nala has no CUDA kernels (no nvcc at configure time?)" >&2; exit 1; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -21,7 +21,9 @@ mkdir -p "$stage/tests" "$stage/lib"
 cp "$b/nala" "$b/nala_testtool" "$stage/"
 cp "$b/tests/nala_cuda_tests" "$stage/tests/"
 cp "$b"/lib/*.so "$stage/lib/"
-{ bash "$root/scripts/source_digest.sh"; git -C "$root" rev-parse --short HEAD 2> /dev/null || echo "no git"; date -u +%FT%TZ; } > "$stage/prebuilt.txt"
+# the digest (compared there), then for the record: commit, date, the LibTorch it was built against
+{ bash "$root/scripts/source_digest.sh"; git -C "$root" rev-parse --short HEAD 2> /dev/null || echo "no git"; date -u +%FT%TZ
+  "$b/nala" --version | grep LibTorch; } > "$stage/prebuilt.txt"
 mkdir -p "$root/.carry"
 tar cJf "$root/.carry/prebuilt.tar.xz.tmp" -C "$stage" prebuilt.txt nala nala_testtool tests lib
 mv "$root/.carry/prebuilt.tar.xz.tmp" "$root/.carry/prebuilt.tar.xz"

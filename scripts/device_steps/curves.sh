@@ -43,7 +43,14 @@ mkdir -p "$w" "$out"
 rm -f "$w/done-s$seed" "$w/failed-s$seed" "$w/started-s$seed"
 # the data: device_build.sh exports NALA_FASHION_MNIST; launched on its own, take the carried copy
 if [ -z "${NALA_FASHION_MNIST:-}" ] && [ -d "$root/.carry/fashion-mnist" ]; then export NALA_FASHION_MNIST=$root/.carry/fashion-mnist; fi
+. "$root/scripts/device_lib.sh"
+device_library_path "$root" || exit 1   # a prebuilt nala (device_build.sh's prebuilt step) finds its libraries
+# the classifier behind FD-FMNIST: the committed one (docs/experiments/fmnist_classifier.safetensors,
+# scripts/train_fmnist_classifier.sh's recipe), the same for every run from 2026-12-03 on; trained
+# here only where it is missing (CURVES_CLASSIFIER names another)
 cls=$w/fmnist_classifier.safetensors
+src_cls=${CURVES_CLASSIFIER:-$root/docs/experiments/fmnist_classifier.safetensors}
+[ -f "$cls" ] || { [ -f "$src_cls" ] && cp "$src_cls" "$cls"; }
 [ -f "$cls" ] || $n eval --train-fmnist-classifier --out "$cls" --device "$dev" > "$w/classifier.log" 2>&1 \
   || { tail -5 "$w/classifier.log"; exit 1; }
 
