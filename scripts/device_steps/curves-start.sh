@@ -2,7 +2,8 @@
 # Launches scripts/device_steps/curves.sh (6,000 steps, lr 1e-3, a checkpoint every 1,000) in the
 # background (setsid: it outlives the device call) and returns once its trainings run, so the CUDA
 # tests and smoke can run beside it in the same call (the curves time nothing). MODELS is a
-# comma-separated list; official:MODEL entries and other settings need curves.sh itself.
+# comma-separated list; the official trainers are written official+MODEL (device_build.sh splits a
+# step's arguments at ':'); other settings (steps, lr, extra flags) need curves.sh itself.
 #   bash scripts/device_build.sh prebuilt curves-start:SEED:SiT-S/2,NaLaSiT-S/2 tests smoke; \
 #     bash scripts/device_steps/curves-poll.sh $OUT SEED $((585-SECONDS))
 # then curves-poll.sh calls back to back (the run lives on the machine: a call that comes after the
@@ -10,7 +11,7 @@
 # on this machine is left alone.
 out=$1
 seed=${2:-0}
-models=$(echo "${3:-DiT-S/2,NaLaDiT-S/2}" | tr ',' ' ')
+models=$(echo "${3:-DiT-S/2,NaLaDiT-S/2}" | tr ',' ' ' | sed 's/official+/official:/g')
 root=$(pwd)
 . "$root/scripts/device_lib.sh"
 if curves_running; then echo "curves already running on this machine (build-device/curves.log): not started again"; exit 0; fi
