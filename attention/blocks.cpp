@@ -60,19 +60,25 @@ at::Tensor GatedNalaAttention::attend(const at::Tensor& q, const at::Tensor& k, 
   return cfg_.rope ? nala_attention_rope(q, k, v, cfg_.nala, grid_h, grid_w) : nala_attention(q, k, v, cfg_.nala);  // (B, H, N, d)
 }
 
-// NALA_RECOMPUTE=1 (ops/fused_ops.h): q, k, v from the qkv rows of qkvg, and the gate's rows, the
-// tail and the output projection as one operation that keeps neither g nor y (they are recomputed in
-// its backward); the attention recomputes its state. The same parameters, the same result.
+// NALA_RECOMPUTE=1 (ops/fused_ops.h): q, k, v from the qkv rows of qkvg, then the attention, the
+// gate's rows, the tail and the output projection as one operation that keeps only q, k, v and x
+// (nala_mixer_recomputing: its backward recomputes the attention's state and output, u, y and g).
+// With RoPE the attention stays apart (it recomputes its state; the tail keeps u). The same
+// parameters, the same result.
 at::Tensor GatedNalaAttention::forward_recomputing(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
   const at::Tensor w = ops::autocast_gemm_operand(qkvg->weight);  // (4D, D), cast once a forward under autocast
   const at::Tensor xc = ops::autocast_gemm_operand(x);             // (B, N, D)
   at::Tensor qkv = ops::linear_op(xc, w.narrow(0, 0, 3 * D), qkvg->bias.narrow(0, 0, 3 * D));  // (B, N, 3D)
   const auto t = ops::split_heads(qkv.view({B, N, 3, heads_, d}), 2);                          // 4 × (B, N, H, d) strided views
+  const at::Tensor lepe_w = lepe ? lepe->weight : at::Tensor(), lepe_b = lepe ? lepe->bias : at::Tensor();
+  if (!cfg_.rope)
+    return nala_mixer_recomputing(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), t[3].reshape({B, N, D}), xc,
+                                  w.narrow(0, 3 * D, D), qkvg->bias.narrow(0, 3 * D, D), lepe_w, lepe_b, norm->weight, norm->bias, proj->weight,
+                                  proj->bias, cfg_.nala, grid_h, grid_w, norm->options.eps());  // (B, N, D)
   at::Tensor o = attend(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2), grid_h, grid_w);  // (B, H, N, d)
-  return gated_tail_proj_gate_fused(o, t[3].reshape({B, N, D}), xc, w.narrow(0, 3 * D, D), qkvg->bias.narrow(0, 3 * D, D),
-                                    lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight, norm->bias,
-                                    proj->weight, proj->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
+  return gated_tail_proj_gate_fused(o, t[3].reshape({B, N, D}), xc, w.narrow(0, 3 * D, D), qkvg->bias.narrow(0, 3 * D, D), lepe_w, lepe_b,
+                                    norm->weight, norm->bias, proj->weight, proj->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
 }
 
 std::shared_ptr<TokenMixer> make_token_mixer(const std::string& kind, int64_t dim, int64_t heads, const GatedNalaConfig& cfg) {

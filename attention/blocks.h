@@ -44,9 +44,10 @@ class GatedNalaAttention : public TokenMixer {
   GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg);
   at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
   // What forward runs when training on CUDA with NALA_RECOMPUTE=1 (ops/fused_ops.h): q, k, v from a
-  // GEMM of qkvg's first 3·D rows, and the gate's rows, LePE, LayerNorm, gate and proj as one
-  // operation that keeps neither g nor proj's input (attention/gated_tail.h
-  // gated_tail_proj_gate_fused). Any device; the same result as forward.
+  // GEMM of qkvg's first 3·D rows, then the attention, the gate's rows, LePE, LayerNorm, gate and
+  // proj as one operation that keeps only q, k, v and x (attention/gated_tail.h
+  // nala_mixer_recomputing; with RoPE the attention apart and gated_tail_proj_gate_fused). Any
+  // device; the same result as forward.
   at::Tensor forward_recomputing(const at::Tensor& x, int64_t grid_h, int64_t grid_w);
   torch::nn::Linear qkvg{nullptr}, proj{nullptr};
   torch::nn::Conv2d lepe{nullptr};

@@ -4,6 +4,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
+#include "attention/nala_attention.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
 
@@ -249,6 +250,59 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
   }
 };
 
+// The gated block's token mixer after the q, k, v and gate projections as one operation that keeps
+// only its inputs: o = NaLa(q, k, v), g = x·gate_wᵀ + gate_b, the tail, out = y·Wᵀ + b. Its backward
+// runs the attention's forward again (with the state, as NalaAttentionFunction's recomputing backward
+// does anyway) and the tail's forward on that o, so neither u nor y nor g nor the state is kept: per
+// token and block it keeps nothing beyond q, k, v and x, which the projections' backwards keep anyway.
+// q, k, v (B, H, N, d) and v_tok (B, N, D): views of one projection output (v_tok is v's second view,
+// LePE's input); the weights already in the GEMMs' dtype (w, gate_w), biases in their own.
+struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok,
+                            const at::Tensor& x, const at::Tensor& gate_w, const at::Tensor& gate_b, const at::Tensor& lepe_w_in,
+                            const at::Tensor& lepe_b_in, const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& w, const at::Tensor& b,
+                            const NalaOptions& opt, int64_t grid_h, int64_t grid_w, double eps) {
+    const at::Tensor o = nala_attention_forward(q, k, v, opt, false).o;  // (B, H, N, d)
+    const at::Tensor g = gate_of(x, gate_w, gate_b);                       // (B, N, D)
+    const Saved s = tail_forward(o, v_tok, g, empty_as_absent(lepe_w_in), empty_as_absent(lepe_b_in), norm_w, norm_b, grid_h, grid_w, eps,
+                                 w.scalar_type());
+    ctx->save_for_backward({q, k, v, v_tok, x, gate_w, gate_b, lepe_w_in, lepe_b_in, norm_w, norm_b, w});
+    save_nala_options(ctx, opt, "nala_");
+    ctx->saved_data["grid_h"] = grid_h;
+    ctx->saved_data["grid_w"] = grid_w;
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
+    return at::linear(s.y, w, b.to(w.scalar_type()));                                       // (B, N, D)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto sv = ctx->get_saved_variables();
+    const at::Tensor &q = sv[0], &k = sv[1], &v = sv[2], &v_tok = sv[3], &x = sv[4], &gate_w = sv[5], &gate_b = sv[6];
+    const at::Tensor lepe_w = empty_as_absent(sv[7]), lepe_b = empty_as_absent(sv[8]);
+    const at::Tensor &norm_w = sv[9], &norm_b = sv[10], &w = sv[11];
+    const NalaOptions opt = saved_nala_options(ctx, "nala_");
+    const int64_t B = v_tok.size(0), N = v_tok.size(1), D = v_tok.size(2), heads = q.size(1);
+    const int64_t gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
+    // the forward once more: the attention with its state, g, then u, μ, r and y from that o
+    const NalaForward a = nala_attention_forward(q, k, v, opt, true);  // o (B, H, N, d), S, z, den
+    const at::Tensor g = gate_of(x, gate_w, gate_b);                     // (B, N, D)
+    const Saved s = tail_forward(a.o, v_tok, g, lepe_w, lepe_b, norm_w, norm_b, gh, gw, ctx->saved_data["eps"].toDouble(), w.scalar_type());
+    for (int i = 0; i < 3; ++i) ops::count_recomputation();  // the state, g, and the tail's u and y
+    const at::Tensor g2 = grads[0].reshape({-1, D}).contiguous().to(w.scalar_type());  // (R, D)
+    const ops::LinearGrads proj = ops::linear_grads(g2, s.y.reshape({B * N, D}), w, at::ScalarType(ctx->saved_data["b_dtype"].toInt()), true,
+                                                    ctx->needs_input_grad(11), ctx->needs_input_grad(12));  // ∂L/∂y (R, D), (D, D), (D)
+    const Grads t = tail_backward(proj.x.view({B, N, D}), heads, v_tok, g, lepe_w, norm_w, norm_b, s.u, s.mean, s.rstd, gh, gw);
+    auto [dq, dk, dv] = nala_attention_backward(q, k, v, a, t.o, opt);  // (B, H, N, d) ×3
+    const at::Tensor dg2 = t.g.reshape({B * N, D}).contiguous().to(gate_w.scalar_type());  // (R, D)
+    const ops::LinearGrads gate = ops::linear_grads(dg2, x.reshape({B * N, D}), gate_w, gate_b.scalar_type(), ctx->needs_input_grad(4),
+                                                    ctx->needs_input_grad(5), ctx->needs_input_grad(6));  // (R, D), (D, D), (D)
+    const at::Tensor dx = gate.x.defined() ? gate.x.view({B, N, D}).to(x.scalar_type()) : gate.x;  // (B, N, D)
+    return {dq, dk, dv, t.v, dx, gate.w, gate.b, grad_as(t.lepe_w, lepe_w), grad_as(t.lepe_b, lepe_b), grad_as(t.norm_w, norm_w),
+            grad_as(t.norm_b, norm_b), proj.w, proj.b, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 void check_args(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t grid_h, int64_t grid_w) {
   TORCH_CHECK(o.dim() == 4, "gated_tail: o must be (B, H, N, d), got ", o.sizes());
   const int64_t B = o.size(0), N = o.size(2), D = o.size(1) * o.size(3);
@@ -317,6 +371,29 @@ at::Tensor gated_tail_proj_gate_fused(const at::Tensor& o, const at::Tensor& v, 
                                       const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h, int64_t grid_w,
                                       double eps) {
   return tail_proj(o, v, at::Tensor(), x, gate_w, gate_b, lepe_w, lepe_b, norm_w, norm_b, proj_w, proj_b, grid_h, grid_w, eps);
+}
+
+at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& x,
+                                  const at::Tensor& gate_w, const at::Tensor& gate_b, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                  const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b,
+                                  const NalaOptions& opt, int64_t grid_h, int64_t grid_w, double eps) {
+  check_qkv(q, k, v, "nala_mixer_recomputing");
+  check_options(opt, "nala_mixer_recomputing");
+  check_args(q, v_tok, v_tok, lepe_w, grid_h, grid_w);
+  const int64_t D = v_tok.size(2);
+  TORCH_CHECK(proj_w.dim() == 2 && proj_w.size(0) == D && proj_w.size(1) == D && proj_b.dim() == 1 && proj_b.size(0) == D,
+              "nala_mixer_recomputing: the projection must be (D, D) + (D) with D = ", D, ", got ", proj_w.sizes(), " + ", proj_b.sizes());
+  TORCH_CHECK(x.sizes() == v_tok.sizes() && gate_w.dim() == 2 && gate_w.size(0) == D && gate_w.size(1) == D && gate_b.dim() == 1 &&
+                  gate_b.size(0) == D,
+              "nala_mixer_recomputing: x must be ", v_tok.sizes(), " and the gate projection (D, D) + (D) with D = ", D, ", got x ", x.sizes(),
+              ", ", gate_w.sizes(), " + ", gate_b.sizes());
+  const at::ScalarType yt = ops::fused_result_dtype(q);
+  const at::Tensor w = ops::autocast_gemm_operand(proj_w), gx = ops::autocast_gemm_operand(x), gw = ops::autocast_gemm_operand(gate_w);
+  TORCH_CHECK(w.scalar_type() == yt && gx.scalar_type() == yt && gw.scalar_type() == yt && v_tok.scalar_type() == yt,
+              "nala_mixer_recomputing: the projection weight (", w.scalar_type(), "), x (", gx.scalar_type(), "), the gate weight (",
+              gw.scalar_type(), ") and v (", v_tok.scalar_type(), ") must share the result dtype ", yt);
+  return NalaMixerRecomputingFn::apply(q, k, v, v_tok, gx, gw, gate_b, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w,
+                                       norm_b, w, proj_b, opt, grid_h, grid_w, eps);
 }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,

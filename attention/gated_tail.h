@@ -12,6 +12,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include "attention/nala_options.h"
+
 namespace nala::attention {
 
 // Under CUDA autocast the result is in the autocast dtype (what the projection reads), else in o's.
@@ -42,6 +44,21 @@ at::Tensor gated_tail_proj_gate_fused(const at::Tensor& o, const at::Tensor& v, 
                                       const at::Tensor& gate_b, const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w,
                                       const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b, int64_t grid_h, int64_t grid_w,
                                       double eps);
+
+// The gated block's whole token mixer after its projections, for NALA_RECOMPUTE=1 (ops/fused_ops.h):
+// o = nala_attention(q, k, v, opt), g = x·gate_wᵀ + gate_b, the tail above and out = y·Wᵀ + b as one
+// operation that keeps only q, k, v and x (views the projections' backwards keep anyway). Its
+// backward runs the attention's forward once more, with the state (the recomputing attention does
+// that anyway), and the tail's forward on that o: u, y and g are recomputed, not kept, which saves
+// one (B, N, D) tensor per block against gated_tail_proj_gate_fused with a recomputing attention.
+// q, k, v: (B, H, N, d); v_tok: v as (B, N, D) (LePE's input; a second view of the same projection
+// output); x: the projections' input (B, N, D). Any device (the CPU tests check it against the
+// composition in float64); no RoPE (the block keeps the composition there). Under CUDA autocast the
+// weights are cast as at::linear casts them.
+at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& x,
+                                  const at::Tensor& gate_w, const at::Tensor& gate_b, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
+                                  const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b,
+                                  const NalaOptions& opt, int64_t grid_h, int64_t grid_w, double eps);
 
 // The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
 at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,

@@ -39,35 +39,33 @@ bool nala_cuda_kernels_available() {
 #endif
 }
 
-namespace {
-
 // The options travel through autograd's saved data as named entries (an IValue map holds no structs).
-void save_options(torch::autograd::AutogradContext* ctx, const NalaOptions& o) {
-  ctx->saved_data["feature_map"] = int64_t(o.feature_map);
-  ctx->saved_data["lambda"] = o.lambda;
-  ctx->saved_data["tau"] = o.tau;
-  ctx->saved_data["alpha"] = o.alpha;
-  ctx->saved_data["eps"] = o.eps;
-  ctx->saved_data["eps_norm"] = o.eps_norm;
-  ctx->saved_data["focus_power"] = o.focus_power;
+void save_nala_options(torch::autograd::AutogradContext* ctx, const NalaOptions& o, const std::string& prefix) {
+  ctx->saved_data[prefix + "feature_map"] = int64_t(o.feature_map);
+  ctx->saved_data[prefix + "lambda"] = o.lambda;
+  ctx->saved_data[prefix + "tau"] = o.tau;
+  ctx->saved_data[prefix + "alpha"] = o.alpha;
+  ctx->saved_data[prefix + "eps"] = o.eps;
+  ctx->saved_data[prefix + "eps_norm"] = o.eps_norm;
+  ctx->saved_data[prefix + "focus_power"] = o.focus_power;
 }
 
-NalaOptions saved_options(torch::autograd::AutogradContext* ctx) {
+NalaOptions saved_nala_options(torch::autograd::AutogradContext* ctx, const std::string& prefix) {
   NalaOptions o;
-  o.feature_map = static_cast<FeatureMap>(ctx->saved_data["feature_map"].toInt());
-  o.lambda = ctx->saved_data["lambda"].toDouble();
-  o.tau = ctx->saved_data["tau"].toDouble();
-  o.alpha = ctx->saved_data["alpha"].toDouble();
-  o.eps = ctx->saved_data["eps"].toDouble();
-  o.eps_norm = ctx->saved_data["eps_norm"].toDouble();
-  o.focus_power = ctx->saved_data["focus_power"].toDouble();
+  o.feature_map = static_cast<FeatureMap>(ctx->saved_data[prefix + "feature_map"].toInt());
+  o.lambda = ctx->saved_data[prefix + "lambda"].toDouble();
+  o.tau = ctx->saved_data[prefix + "tau"].toDouble();
+  o.alpha = ctx->saved_data[prefix + "alpha"].toDouble();
+  o.eps = ctx->saved_data[prefix + "eps"].toDouble();
+  o.eps_norm = ctx->saved_data[prefix + "eps_norm"].toDouble();
+  o.focus_power = ctx->saved_data[prefix + "focus_power"].toDouble();
   return o;
 }
 
-NalaForward forward_kernels(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, bool save_state) {
+NalaForward nala_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, bool keep_state) {
   if (q.is_cuda()) {
 #ifdef NALA_WITH_CUDA
-    return nala_forward_cuda(q, k, v, opt, save_state);
+    return nala_forward_cuda(q, k, v, opt, keep_state);
 #else
     TORCH_CHECK(false, "nala_attention: q is on ", q.device(), " but this nala was built without CUDA kernels");
 #endif
@@ -75,37 +73,43 @@ NalaForward forward_kernels(const at::Tensor& q, const at::Tensor& k, const at::
   return nala_forward_cpu(q, k, v, opt);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                                        const NalaForward& state, const at::Tensor& grad_o,
+                                                                        const NalaOptions& opt) {
+  TORCH_CHECK(state.S.defined() && state.z.defined() && state.den.defined(), "nala_attention_backward: the forward kept no state");
+  if (q.is_cuda()) {
+#ifdef NALA_WITH_CUDA
+    return nala_backward_cuda(q, k, v, state.S, state.z, state.den, grad_o, opt);
+#else
+    TORCH_CHECK(false, "nala_attention: q is on ", q.device(), " but this nala was built without CUDA kernels");
+#endif
+  }
+  return nala_backward_cpu(q, k, v, state.S, state.z, state.den, grad_o, opt);
+}
+
+namespace {
+
 struct NalaAttentionFunction : public torch::autograd::Function<NalaAttentionFunction> {
   // save_state: a backward may follow (decided before apply(), where grad mode is still visible);
   // recompute: the backward recomputes S, z, den from q, k, v instead of keeping them
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const NalaOptions& opt, bool save_state, bool recompute) {
-    NalaForward r = forward_kernels(q, k, v, opt, save_state && !recompute);
+    NalaForward r = nala_attention_forward(q, k, v, opt, save_state && !recompute);
     if (recompute) r.S = r.z = r.den = at::Tensor();  // (the chunked CUDA kernels and the CPU make them anyway)
     ctx->save_for_backward({q, k, v, r.S, r.z, r.den});
-    save_options(ctx, opt);
+    save_nala_options(ctx, opt);
     return r.o;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const NalaOptions opt = saved_options(ctx);
-    at::Tensor go = grads[0];
-    if (!saved[3].defined()) {  // recomputed: the forward's state phase once more (its output o is dropped)
-      NalaForward r = forward_kernels(saved[0], saved[1], saved[2], opt, true);
+    const NalaOptions opt = saved_nala_options(ctx);
+    NalaForward state{at::Tensor(), saved[3], saved[4], saved[5]};
+    if (!state.S.defined()) {  // recomputed: the forward's state phase once more (its output o is dropped)
+      state = nala_attention_forward(saved[0], saved[1], saved[2], opt, true);  // S (B, H, Fp, Dp) float32 on CUDA, (B, H, F, d) on the CPU
       ops::count_recomputation();
-      saved[3] = r.S;    // (B, H, Fp, Dp) float32 on CUDA, (B, H, F, d) on the CPU
-      saved[4] = r.z;    // (B, H, Fp)
-      saved[5] = r.den;  // (B, H, N)
     }
-    std::tuple<at::Tensor, at::Tensor, at::Tensor> d;
-    if (saved[0].is_cuda()) {
-#ifdef NALA_WITH_CUDA
-      d = nala_backward_cuda(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], go, opt);
-#endif
-    } else {
-      d = nala_backward_cpu(saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], go, opt);
-    }
+    auto d = nala_attention_backward(saved[0], saved[1], saved[2], state, grads[0], opt);
     return {std::get<0>(d), std::get<1>(d), std::get<2>(d), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -18,16 +18,18 @@ bool gemm_epilogues();
 void set_gemm_epilogues(bool on);
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
-// backward and recompute it there (the attention's float32 state S, z, den from q, k, v:
-// attention/nala_attention.h; the output projection's input y from the tail's u, and the gate g
-// from the block's input: attention/blocks.h forward_recomputing); 0 (default) keeps it. Measured
-// on the H200 for NaLaDiT-XL/2 at batch 256 with S and y recomputed (g and y's kernel came after):
-// peak 107,592 → 98,239 MiB, step 507 → 573 ms (docs/benchmarks.md).
+// backward and recompute it there: the block's attention, gate, tail and output projection run as
+// one operation that keeps only q, k, v and the block's input (attention/gated_tail.h
+// nala_mixer_recomputing), and its backward recomputes the attention's state and output, the gate
+// g, the tail's u and the projection's input y (with RoPE the attention recomputes only its state
+// and the tail keeps u); 0 (default) keeps them. Measured on the H200 for NaLaDiT-XL/2 at batch 256
+// (CUDA graphs) with the state, g and y recomputed but u kept: peak 107,598 → 94,211 MiB (DiT-XL/2
+// 93,767), step 497 → 530 ms (docs/benchmarks.md, 2026-12-03).
 // Any other value is an error.
 bool recompute_saved();
 void set_recompute_saved(bool on);
-// How many tensors backward passes have recomputed so far (the attention's state, y, g: one each
-// time), so that tests can tell that a recomputation happened.
+// How many tensors backward passes have recomputed so far (the attention's state, g, y or the
+// tail's u and y: one each time), so that tests can tell that a recomputation happened.
 int64_t recomputations();
 void count_recomputation();
 

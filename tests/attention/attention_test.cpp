@@ -325,14 +325,18 @@ TEST(Blocks, RopeVariantIsTranslationAwareAndDifferentiable) {
 }
 
 // NALA_RECOMPUTE=1's block (forward_recomputing: q, k, v and the gate from separate GEMMs of qkvg's
-// rows; g, proj's input and the attention's state recomputed in the backward) against the plain
+// rows; without RoPE the attention, gate, tail and projection as nala_mixer_recomputing, whose
+// backward recomputes the attention's state and output, g, u and y; with RoPE the attention apart
+// and gated_tail_proj_gate_fused recomputing g and y) against the plain
 // forward in float64: the output and the gradients of the input and of every parameter, with LePE
 // and without.
 TEST(Blocks, RecomputingBlockEqualsTheBlockInFloat64) {
+  for (bool rope : {false, true})
   for (int64_t ks : {5, 0}) {
     at::manual_seed(12);
     GatedNalaConfig cfg;
     cfg.lepe_kernel = ks;
+    cfg.rope = rope;
     GatedNalaAttention blk(16, 2, cfg);
     blk.to(at::kDouble);
     const at::Tensor x0 = at::randn({2, 12, 16}, at::kDouble), w = at::randn({2, 12, 16}, at::kDouble);
@@ -343,7 +347,8 @@ TEST(Blocks, RecomputingBlockEqualsTheBlockInFloat64) {
       const int64_t before = nala::ops::recomputations();
       at::Tensor out = recomputing ? blk.forward_recomputing(x, 3, 4) : blk.forward(x, 3, 4);  // (B, N, D)
       (out * w).sum().backward();
-      EXPECT_EQ(nala::ops::recomputations() - before, recomputing ? 3 : 0) << "the state, g and y, each once";
+      // without RoPE the state, g, and y with u, each once; RoPE's attention is an autograd composition
+      EXPECT_EQ(nala::ops::recomputations() - before, recomputing ? (rope ? 2 : 3) : 0) << "rope " << rope;
       nala::ops::set_recompute_saved(false);
       std::vector<std::pair<std::string, at::Tensor>> r = {{"out", out.detach()}, {"d x", x.grad()}};
       for (const auto& p : blk.named_parameters()) r.emplace_back("d " + p.key(), p.value().grad().clone());
@@ -351,6 +356,7 @@ TEST(Blocks, RecomputingBlockEqualsTheBlockInFloat64) {
     };
     const auto ref = run_block(false), ours = run_block(true);
     ASSERT_EQ(ref.size(), ours.size());
-    for (size_t i = 0; i < ref.size(); ++i) EXPECT_LT(rel_err(ours[i].second, ref[i].second), 1e-12) << "ks " << ks << " " << ref[i].first;
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_LT(rel_err(ours[i].second, ref[i].second), 1e-12) << "rope " << rope << " ks " << ks << " " << ref[i].first;
   }
 }

@@ -143,8 +143,9 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
 // BlockKernels.DiTStepFusedEqualsUnfused (tests/cuda/block_kernels_test.cpp).
 
 // NALA_RECOMPUTE=1 on the gated block as the trainer runs it (CUDA, bf16 autocast, and float32):
-// q, k, v and the gate from two GEMMs of qkvg's rows instead of one, the gate, the projection's
-// input y and the attention's state recomputed in the backward. The output and the gradients of the
+// q, k, v and the gate from two GEMMs of qkvg's rows instead of one, the attention, gate, tail and
+// projection as nala_mixer_recomputing (the attention's state and output, the gate, u and y
+// recomputed in the backward). The output and the gradients of the
 // input and of every parameter equal the kept path's within float32 rounding, and within bf16
 // rounding under autocast (cuBLAS may pick other kernels for the narrower GEMMs); the worst
 // difference is printed.
@@ -164,7 +165,7 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
         out = block.forward(x, 16, 16);  // (B, N, D)
       }
       (out.to(at::kFloat) * w).sum().backward();
-      EXPECT_EQ(recomputations() - before, recompute ? 3 : 0) << "the state, g and y, each once (forward_recomputing chosen)";
+      EXPECT_EQ(recomputations() - before, recompute ? 3 : 0) << "the state, g, and u with y, each once (forward_recomputing chosen)";
       set_recompute_saved(false);
       std::vector<at::Tensor> r = {out.detach(), x.grad()};
       for (const auto& p : block.parameters()) r.push_back(p.grad().clone());
