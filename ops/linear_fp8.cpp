@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include "ops/block_ops.h"
+
 #ifdef NALA_WITH_CUDA
 #include "ops/cuda/quantize_fp8.h"
 #endif
@@ -72,6 +74,20 @@ bool fp8_fast_accum() {
   return on;
 }
 
+namespace {
+// y = (q_x s_x)(q_W s_W)ᵀ + b (R, out): at::_scaled_mm on CUDA (bf16 result), the dequantized twin elsewhere
+at::Tensor gemm_fp8(const Fp8Rows& xq, const Fp8Rows& w, const at::Tensor& b) {
+  const int64_t out = w.q.size(0);
+  if (xq.q.is_cuda()) {
+    // row-wise scales: A (R, in) row-major, B = q_Wᵀ (in, out) column-major, scales (R, 1) and (1, out); bf16 out
+    const std::optional<at::Tensor> bias = b.defined() ? std::optional<at::Tensor>(b.to(at::kBFloat16)) : std::nullopt;
+    return at::_scaled_mm(xq.q, w.q.t(), xq.scale, w.scale.view({1, out}), bias, std::nullopt, at::kBFloat16, fp8_fast_accum());  // (R, out)
+  }
+  // the twin: the same products of dequantized operands, accumulated in float32
+  return at::linear(xq.q.to(at::kFloat) * xq.scale, w.q.to(at::kFloat) * w.scale, b.defined() ? b.to(at::kFloat) : at::Tensor());  // (R, out)
+}
+}  // namespace
+
 at::Tensor linear_fp8(const at::Tensor& x, const Fp8Rows& w, const at::Tensor& b) {
   const int64_t out = w.q.size(0), in = w.q.size(1);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear_fp8: input ", x.sizes(), " does not fit a weight of ", w.q.sizes());
@@ -79,17 +95,36 @@ at::Tensor linear_fp8(const at::Tensor& x, const Fp8Rows& w, const at::Tensor& b
   shape.back() = out;
   const at::Tensor x2 = x.reshape({-1, in}).contiguous();  // (R, in)
   if (x2.size(0) == 0) return at::zeros(shape, x.options());
-  const Fp8Rows xq = quantize_rows_fp8(x2);                // (R, in), (R, 1)
-  at::Tensor y;
-  if (x.is_cuda()) {
-    // row-wise scales: A (R, in) row-major, B = q_Wᵀ (in, out) column-major, scales (R, 1) and (1, out); bf16 out
-    const std::optional<at::Tensor> bias = b.defined() ? std::optional<at::Tensor>(b.to(at::kBFloat16)) : std::nullopt;
-    y = at::_scaled_mm(xq.q, w.q.t(), xq.scale, w.scale.view({1, out}), bias, std::nullopt, at::kBFloat16, fp8_fast_accum());  // (R, out)
-  } else {
-    // the twin: the same products of dequantized operands, accumulated in float32
-    y = at::linear(xq.q.to(at::kFloat) * xq.scale, w.q.to(at::kFloat) * w.scale, b.defined() ? b.to(at::kFloat) : at::Tensor());  // (R, out)
+  return gemm_fp8(quantize_rows_fp8(x2), w, b).to(x.scalar_type()).view(shape);  // (…, out)
+}
+
+Fp8Rows bias_gelu_quantize_rows_fp8_reference(const at::Tensor& x, const at::Tensor& b) {
+  TORCH_CHECK(x.dim() == 2 && b.dim() == 1 && b.size(0) == x.size(1), "bias_gelu_quantize_rows_fp8: needs (R, K) and a (K) bias, got ", x.sizes(),
+              " and ", b.sizes());
+  const at::Tensor h = at::gelu(x.to(at::kFloat) + b.to(at::kFloat), "tanh").to(x.scalar_type());  // (R, K) in x's dtype
+  return quantize_rows_fp8_reference(h);                                                            // (R, K), (R, 1)
+}
+
+Fp8Rows bias_gelu_quantize_rows_fp8(const at::Tensor& x, const at::Tensor& b) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::bias_gelu_quantize_rows_supported(x, b)) {
+    auto [q, s] = cuda::bias_gelu_quantize_rows(x, b);
+    return {q, s};
   }
-  return y.to(x.scalar_type()).view(shape);  // (…, out)
+  if (x.is_cuda()) return quantize_rows_fp8(bias_gelu(x, b).contiguous());  // rows too long for the one-pass kernel: the two kernels
+#endif
+  return bias_gelu_quantize_rows_fp8_reference(x, b);
+}
+
+at::Tensor mlp_fp8(const at::Tensor& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2) {
+  TORCH_CHECK(w2.q.size(1) == w1.q.size(0) && b1.dim() == 1 && b1.size(0) == w1.q.size(0), "mlp_fp8: fc1 ", w1.q.sizes(), " + ", b1.sizes(),
+              " does not feed fc2 ", w2.q.sizes());
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = w2.q.size(0);
+  const at::Tensor a = linear_fp8(x, w1, at::Tensor());         // (…, H): fc1 without its bias
+  const at::Tensor a2 = a.reshape({-1, a.size(-1)}).contiguous();  // (R, H)
+  if (a2.size(0) == 0) return at::zeros(shape, x.options());
+  return gemm_fp8(bias_gelu_quantize_rows_fp8(a2, b1), w2, b2).to(x.scalar_type()).view(shape);  // (…, D)
 }
 
 int64_t use_fp8_linears(const std::vector<torch::nn::LinearImpl*>& layers) {

@@ -7,8 +7,10 @@
 //             dy = GELU'(a) ⊙ (g W₂)                  one GEMM (DGELU epilogue)
 //             db₁ = Σ_rows dy, dW₁ = dyᵀ x, dx = dy W₁
 // which spares the bias-GELU kernel's passes over the (tokens, hidden) activation: one forward
-// (y written and read again) and one backward (∂L/∂h written and read again). Everywhere else it is
-// ops::linear(fc2, ops::linear_gelu(fc1, x)) (ops/linear_gelu.h). mlp_op is the autograd op on any
+// (y written and read again) and one backward (∂L/∂h written and read again). Sampling on CUDA with
+// both layers in FP8 (`--dtype fp8`) it is ops::mlp_fp8 (ops/linear_fp8.h: fc1's bias and GELU joined
+// to fc2's row quantization). Everywhere else it is ops::linear(fc2, ops::linear_gelu(fc1, x))
+// (ops/linear_gelu.h). mlp_op is the autograd op on any
 // device: on the CPU its two epilogue GEMMs are the ATen composition, which CI tests against
 // autograd of the plain formula.
 #pragma once

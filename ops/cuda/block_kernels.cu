@@ -5,6 +5,7 @@
 // CPU counterpart and formulas: ops/block_ops.cpp.
 #include "ops/cuda/block_kernels.h"
 
+#include "ops/cuda/gelu.cuh"
 #include "ops/cuda/vec_io.cuh"
 
 #include <cuda_runtime.h>
@@ -23,7 +24,8 @@ void check_launch(const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel ") + what + " failed to launch: " + cudaGetErrorString(e));
 }
 
-using namespace nala::cuda_vec;  // load4, store4, warp_sum
+using namespace nala::cuda_vec;   // load4, store4, warp_sum
+using namespace nala::cuda_gelu;  // gelu_tanh, gelu_tanh_grad
 
 // Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
 // the block's partial for sample n, chunk c.
@@ -228,18 +230,7 @@ __global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __re
   write_partial(sm, dgate_part, n, chunk, chunks, D);
 }
 
-// ---- bias + GELU (tanh approximation) ----
-// g(u) = ½u(1 + tanh(c(u + a·u³))), c = √(2/π), a = 0.044715 (Hendrycks & Gimpel 2016);
-// g'(u) = ½(1 + t) + ½u(1 − t²)·c(1 + 3a·u²), t = tanh(c(u + a·u³))
-__device__ __forceinline__ float gelu_tanh(float u) {
-  const float t = tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u));
-  return 0.5f * u * (1.0f + t);
-}
-__device__ __forceinline__ float gelu_tanh_grad(float u) {
-  const float t = tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u));
-  return 0.5f * (1.0f + t) + 0.5f * u * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * u * u);
-}
-
+// ---- bias + GELU (tanh approximation, ops/cuda/gelu.cuh) ----
 // a thread owns 4 columns (their bias in registers) and walks rows, 4 rows' loads in flight: no
 // index division per element (the earlier flat version's 64-bit modulo made it slower than ATen's)
 template <typename TY>

@@ -14,12 +14,10 @@ namespace nala::ops::cuda {
 // the layout the column sum reads (a contiguous (R, K) float32 / bf16 / fp16 matrix with 16-byte rows)
 bool quantize_rows_supported(const at::Tensor& x) { return column_sum_supported(x); }
 
-std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
-  TORCH_CHECK(quantize_rows_supported(x), "quantize_rows: needs a contiguous (R, K) CUDA float32/bf16/fp16 matrix with 16-byte rows, got ",
-              x.sizes(), " ", x.scalar_type());
-  const c10::cuda::CUDAGuard guard(x.device());
-  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));  // (R, K)
-  at::Tensor s = at::empty({x.size(0), 1}, x.options().dtype(at::kFloat));     // (R, 1)
+namespace {
+QuantizeRowsParams params_with_outputs(const at::Tensor& x, at::Tensor& q, at::Tensor& s) {
+  q = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));  // (R, K)
+  s = at::empty({x.size(0), 1}, x.options().dtype(at::kFloat));     // (R, 1)
   QuantizeRowsParams p;
   p.x = x.data_ptr();
   p.R = x.size(0);
@@ -28,7 +26,32 @@ std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
             : x.scalar_type() == at::kBFloat16 ? QuantizeRowsParams::Dtype::bf16 : QuantizeRowsParams::Dtype::f16;
   p.q = static_cast<uint8_t*>(q.data_ptr());
   p.scale = s.data_ptr<float>();
-  launch_quantize_rows(p, at::cuda::getCurrentCUDAStream().stream());
+  return p;
+}
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
+  TORCH_CHECK(quantize_rows_supported(x), "quantize_rows: needs a contiguous (R, K) CUDA float32/bf16/fp16 matrix with 16-byte rows, got ",
+              x.sizes(), " ", x.scalar_type());
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor q, s;
+  launch_quantize_rows(params_with_outputs(x, q, s), at::cuda::getCurrentCUDAStream().stream());
+  return {q, s};
+}
+
+bool bias_gelu_quantize_rows_supported(const at::Tensor& x, const at::Tensor& bias) {
+  return quantize_rows_supported(x) && x.size(1) * int64_t(x.element_size()) / 16 <= kBiasGeluQuantizeMaxVectors && bias.dim() == 1 &&
+         bias.size(0) == x.size(1) && bias.device() == x.device();
+}
+
+std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, const at::Tensor& bias) {
+  TORCH_CHECK(bias_gelu_quantize_rows_supported(x, bias), "bias_gelu_quantize_rows: needs a contiguous (R, K) CUDA float32/bf16/fp16 matrix ",
+              "with 16-byte rows of at most ", kBiasGeluQuantizeMaxVectors, " vectors and a (K) bias on its device, got ", x.sizes(), " ",
+              x.scalar_type(), " and bias ", bias.sizes());
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor b = bias.to(at::kFloat).contiguous();  // (K) float32, as bias_gelu reads it
+  at::Tensor q, s;
+  launch_bias_gelu_quantize_rows(params_with_outputs(x, q, s), b.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
   return {q, s};
 }
 

@@ -13,6 +13,10 @@ namespace nala::ops::cuda {
 bool quantize_rows_supported(const at::Tensor& x);
 // {q (R, K) float8_e4m3fn, scale (R, 1) float32}
 std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x);
+// x as quantize_rows takes it, K within one block's registers (quantize_fp8_kernels.h), bias (K) on x's device
+bool bias_gelu_quantize_rows_supported(const at::Tensor& x, const at::Tensor& bias);
+// quantize_rows(bias_gelu(x, bias)) in one pass, equal to it bit for bit: {q (R, K), scale (R, 1)}
+std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, const at::Tensor& bias);
 // the device has FP8 tensor cores that at::_scaled_mm uses with row-wise scales (sm_90 or newer)
 bool fp8_gemm_available(const c10::Device& device, std::string* why = nullptr);
 

@@ -6,6 +6,8 @@
 // .to(float8_e4m3fn)), so the two agree bit for bit (tests/cuda/linear_fp8_test.cpp).
 #include "ops/cuda/quantize_fp8_kernels.h"
 
+#include "ops/cuda/gelu.cuh"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -62,6 +64,87 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
   }
 }
 
+// x's dtype's rounding of a float (round to nearest even), back in float: what bias_gelu's store does
+template <typename T>
+__device__ __forceinline__ float round_to(float v) { return v; }
+template <>
+__device__ __forceinline__ float round_to<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+template <>
+__device__ __forceinline__ float round_to<__half>(float v) { return __half2float(__float2half_rn(v)); }
+
+// h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does. A block of
+// kRowThreads owns a row: each thread keeps up to NV 16-byte vectors of h in registers, the block
+// reduces max |h| (warp shuffles, then one value a warp through shared memory), and the threads
+// write their vectors' e4m3 bytes. One read of x and one fp8 write, against bias_gelu's read and
+// write of h plus quantize_rows' two reads of it.
+constexpr int kRowThreads = 128;
+template <typename T, int NV>
+__global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(const T* __restrict__ x, const float* __restrict__ bias, int K,
+                                                                            uint8_t* __restrict__ q, float* __restrict__ scale) {
+  constexpr int V = 16 / int(sizeof(T));  // elements a vector
+  const int64_t row = blockIdx.x;
+  const int nvec = K / V;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
+  float h[NV][V];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int v = threadIdx.x + j * kRowThreads;
+    if (v < nvec) {
+      const uint4 raw = __ldg(xr + v);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        h[j][i] = round_to<T>(nala::cuda_gelu::gelu_tanh(to_f(e[i]) + __ldg(bias + v * V + i)));
+        amax = fmaxf(amax, fabsf(h[j][i]));
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  __shared__ float warp_max[kRowThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kRowThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float s = fmaxf(amax, 1e-12f) / kE4m3Max;
+  if (threadIdx.x == 0) scale[row] = s;
+  uint8_t* qr = q + row * K;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int v = threadIdx.x + j * kRowThreads;
+    if (v < nvec) {
+      uint8_t out[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) out[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(h[j][i] / s, -kE4m3Max), kE4m3Max), __NV_SATFINITE, __NV_E4M3);
+      if constexpr (V == 8) {
+        *reinterpret_cast<uint2*>(qr + v * V) = *reinterpret_cast<const uint2*>(out);
+      } else {
+        *reinterpret_cast<uint32_t*>(qr + v * V) = *reinterpret_cast<const uint32_t*>(out);
+      }
+    }
+  }
+}
+
+template <typename T, int NV>
+void launch_bias_gelu_typed(const QuantizeRowsParams& p, const float* bias, cudaStream_t st) {
+  bias_gelu_quantize_rows_kernel<T, NV><<<unsigned(p.R), kRowThreads, 0, st>>>(static_cast<const T*>(p.x), bias, p.K, p.q, p.scale);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel bias_gelu_quantize_rows failed to launch: ") + cudaGetErrorString(e));
+}
+
+template <typename T>
+void launch_bias_gelu_by_width(const QuantizeRowsParams& p, const float* bias, cudaStream_t st) {
+  const int per_thread = (p.K / (16 / int(sizeof(T))) + kRowThreads - 1) / kRowThreads;  // vectors a thread
+  if (per_thread <= 1) return launch_bias_gelu_typed<T, 1>(p, bias, st);
+  if (per_thread <= 2) return launch_bias_gelu_typed<T, 2>(p, bias, st);
+  if (per_thread <= 4) return launch_bias_gelu_typed<T, 4>(p, bias, st);
+  if (per_thread <= 6) return launch_bias_gelu_typed<T, 6>(p, bias, st);
+  if (per_thread <= 8) return launch_bias_gelu_typed<T, 8>(p, bias, st);
+  throw std::runtime_error("bias_gelu_quantize_rows: rows of " + std::to_string(p.K) + " elements are too long for one block");
+}
+
 template <typename T>
 void launch_typed(const QuantizeRowsParams& p, cudaStream_t st) {
   const unsigned blocks = unsigned((p.R + kWarps - 1) / kWarps);
@@ -71,6 +154,17 @@ void launch_typed(const QuantizeRowsParams& p, cudaStream_t st) {
 }
 
 }  // namespace
+
+void launch_bias_gelu_quantize_rows(const QuantizeRowsParams& p, const float* bias, void* stream) {
+  if (p.R == 0) return;
+  if (p.R > int64_t(2147483647)) throw std::runtime_error("bias_gelu_quantize_rows: " + std::to_string(p.R) + " rows are too many for one launch");
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (p.dtype) {
+    case QuantizeRowsParams::Dtype::f32: launch_bias_gelu_by_width<float>(p, bias, st); break;
+    case QuantizeRowsParams::Dtype::bf16: launch_bias_gelu_by_width<__nv_bfloat16>(p, bias, st); break;
+    case QuantizeRowsParams::Dtype::f16: launch_bias_gelu_by_width<__half>(p, bias, st); break;
+  }
+}
 
 void launch_quantize_rows(const QuantizeRowsParams& p, void* stream) {
   if (p.R == 0) return;

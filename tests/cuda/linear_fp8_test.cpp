@@ -12,7 +12,10 @@
 
 #include "cuda_test_util.h"
 
+#include "ops/block_ops.h"
 #include "ops/cuda/quantize_fp8.h"
+#include "ops/cuda/quantize_fp8_kernels.h"
+#include "ops/mlp.h"
 #include "ops/linear_fp8.h"
 #include "models/dit.h"
 #include "models/model_config.h"
@@ -48,6 +51,51 @@ TEST_F(LinearFp8Cuda, KernelEqualsAtenBitForBit) {
     }
   }
   EXPECT_FALSE(cuda::quantize_rows_supported(at::randn({4, 12}, at::kCUDA).to(at::kBFloat16)));  // 24-byte rows
+}
+
+// The one-pass bias + GELU + row quantization kernel against the two kernels it replaces (bias_gelu,
+// then quantize_rows) bit for bit, and against the ATen twin within one e4m3 step where ATen's GELU
+// rounds h differently; rows of every width the dispatch picks, the DiT MLP widths among them; the
+// whole FP8 MLP (ops::mlp with both layers registered) equal to linear_fp8 ∘ bias_gelu ∘ linear_fp8.
+TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (auto [R, K] : {std::pair<int64_t, int64_t>{3, 64}, {5, 1536}, {32768, 4608}, {7, 4096}, {9, 8192}, {11, 1000}}) {
+      if (K * int64_t(at::elementSize(dt)) / 16 > cuda::kBiasGeluQuantizeMaxVectors) {
+        EXPECT_FALSE(cuda::bias_gelu_quantize_rows_supported(at::empty({R, K}, at::TensorOptions(at::kCUDA).dtype(dt)), at::empty({K}, at::kCUDA)));
+        continue;
+      }
+      if (K * int64_t(at::elementSize(dt)) % 16) continue;
+      torch::manual_seed(R + K);
+      const at::Tensor x = (at::randn({R, K}, at::kCUDA) * 3).to(dt), b = at::randn({K}, at::kCUDA);
+      ASSERT_TRUE(cuda::bias_gelu_quantize_rows_supported(x, b)) << dt << " " << R << "x" << K;
+      auto [q, s] = cuda::bias_gelu_quantize_rows(x, b);
+      auto [q2, s2] = cuda::quantize_rows(bias_gelu(x, b).contiguous());
+      EXPECT_TRUE(at::equal(q.view(at::kByte), q2.view(at::kByte))) << dt << " " << R << "x" << K;
+      EXPECT_TRUE(at::equal(s, s2)) << dt << " " << R << "x" << K;
+      const Fp8Rows ref = bias_gelu_quantize_rows_fp8_reference(x, b);
+      const at::Tensor qf = q.to(at::kFloat), rf = ref.q.to(at::kFloat);  // in units of the row's scale
+      const at::Tensor d = (qf - rf).abs();
+      // e4m3's grid step where the two lie: 2^(floor(log2 |v|) − 3), 2^-9 below the smallest normal 2^-6
+      const at::Tensor step = at::exp2(at::floor(at::log2(at::maximum(qf.abs(), rf.abs()).clamp_min(0.015625))) - 3);
+      const double off = d.gt(0).to(at::kDouble).mean().item<double>(), worst = (d / step).max().item<double>();
+      std::printf("  bias_gelu_quantize %s %ldx%ld: vs ATen twin %.2e of the bytes differ, by at most %.0f e4m3 step(s)\n", c10::toString(dt),
+                  (long)R, (long)K, off, worst);
+      EXPECT_LT(off, 5e-2) << dt << " " << R << "x" << K;  // a row whose largest h ATen rounds otherwise moves its scale
+      EXPECT_LE(worst, 1.0) << dt << " " << R << "x" << K;
+    }
+  }
+  // the FP8 MLP as sampling runs it
+  torch::manual_seed(5);
+  torch::nn::Linear fc1(384, 1536), fc2(1536, 384);
+  fc1->to(at::kCUDA, at::kBFloat16);
+  fc2->to(at::kCUDA, at::kBFloat16);
+  ASSERT_EQ(use_fp8_linears({fc1.get(), fc2.get()}), 2);
+  torch::NoGradGuard ng;
+  const at::Tensor x = at::randn({4, 256, 384}, at::kCUDA).to(at::kBFloat16);
+  const at::Tensor fused = mlp(*fc1, *fc2, x);  // (4, 256, 384)
+  const at::Tensor composed = linear_fp8(bias_gelu(linear_fp8(x, *fp8_weight(fc1->weight), at::Tensor()), fc1->bias), *fp8_weight(fc2->weight),
+                                         fc2->bias);
+  EXPECT_TRUE(at::equal(fused, composed));
 }
 
 TEST_F(LinearFp8Cuda, ScaledMmEqualsDequantizedProducts) {

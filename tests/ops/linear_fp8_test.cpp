@@ -157,3 +157,66 @@ TEST(LinearFp8, RegisteredLayersTakeThePathOnlyWithoutGradients) {
   EXPECT_EQ(fp8_weight(l0->weight), nullptr);
   EXPECT_TRUE(at::allclose(linear(*l0, x), at::linear(x, l0->weight, l0->bias)));
 }
+
+// fc1's bias and GELU joined to fc2's row quantization (bias_gelu_quantize_rows_fp8, the CPU twin)
+// against the definition written out in plain C++: h = GELU_tanh(x + b) in double, rounded to x's
+// dtype through ATen's cast, then the hand-written e4m3 rounding. GELU in float (the twin) and in
+// double can differ in h's last bit, which may move a value across an e4m3 rounding midpoint: at
+// most one e4m3 step, in a handful of elements.
+TEST(QuantizeRowsFp8, BiasGeluJoinedEqualsTheDefinition) {
+  torch::manual_seed(3);
+  for (auto dt : {at::kFloat, at::kBFloat16}) {
+    const int64_t R = 9, K = 96;
+    at::Tensor x = (at::randn({R, K}, at::kDouble) * 3).to(dt), b = at::randn({K}, at::kDouble);  // (R, K), (K)
+    x[4].zero_();                                                                                 // h = GELU(b) alone
+    const Fp8Rows got = bias_gelu_quantize_rows_fp8(x, b.to(at::kFloat));
+    at::Tensor h = at::empty({R, K}, at::kDouble);
+    const at::Tensor xd = x.to(at::kDouble).contiguous();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < K; ++k) {
+        const double u = xd[r][k].item<double>() + double(b[k].item<float>());
+        h[r][k] = 0.5 * u * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u)));
+      }
+    std::vector<float> scales;
+    const std::vector<double> want = oracle_rows(h.to(dt), scales);
+    const at::Tensor q = got.q.to(at::kDouble).contiguous();
+    int64_t off = 0;
+    double worst_step = 0;
+    for (int64_t i = 0; i < R * K; ++i) {
+      const double d = std::fabs(q.data_ptr<double>()[i] - want[i]);
+      if (d == 0) continue;
+      ++off;
+      const double a = std::max(std::fabs(want[i]), 1e-30);
+      worst_step = std::max(worst_step, d / std::ldexp(1.0, std::max(int(std::floor(std::log2(a))), -6) - 3));
+    }
+    EXPECT_LE(off, R * K / 100) << dt;        // a handful of midpoint cases at most
+    EXPECT_LE(worst_step, 1.0 + 1e-9) << dt;  // each one e4m3 step
+    for (int64_t r = 0; r < R; ++r) EXPECT_NEAR(got.scale[r][0].item<float>(), scales[r], 1e-6 * scales[r]) << dt << " row " << r;
+  }
+}
+
+// The FP8 MLP (what ops::mlp runs when sampling on CUDA with fc1 and fc2 registered): its CPU twin
+// against a float64 sum over the dequantized operands of each step, and within FP8's error of the
+// exact float32 MLP.
+TEST(LinearFp8, MlpEqualsItsStepsInFloat64) {
+  torch::manual_seed(4);
+  const int64_t D = 32, H = 128;
+  at::Tensor x = at::randn({2, 7, D}), w1 = at::randn({H, D}) * 0.2, b1 = at::randn({H}) * 0.1, w2 = at::randn({D, H}) * 0.1,
+             b2 = at::randn({D});
+  const Fp8Rows q1 = quantize_rows_fp8(w1), q2 = quantize_rows_fp8(w2);
+  const at::Tensor y = mlp_fp8(x, q1, b1, q2, b2);  // (2, 7, D)
+  ASSERT_EQ(y.sizes(), x.sizes());
+  // fc1 without bias as the twin computes it (float32 products of the dequantized operands: the
+  // joined step's input must be the same bits), then the joined step, then fc2 in float64
+  auto deq = [](const Fp8Rows& r) { return r.q.to(at::kDouble) * r.scale.to(at::kDouble); };
+  const Fp8Rows qx = quantize_rows_fp8(x.view({14, D}));
+  const at::Tensor a = at::linear(qx.q.to(at::kFloat) * qx.scale, q1.q.to(at::kFloat) * q1.scale);  // (14, H)
+  const Fp8Rows qh = bias_gelu_quantize_rows_fp8(a, b1);
+  const at::Tensor want = at::matmul(deq(qh), deq(q2).t()) + b2.to(at::kDouble);  // (14, D)
+  EXPECT_LT(((y.view({14, D}).to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>(), 1e-5);
+  const at::Tensor exact = at::linear(at::gelu(at::linear(x, w1, b1), "tanh"), w2, b2);
+  const double err = ((y - exact).norm() / exact.norm()).item<double>();
+  EXPECT_GT(err, 1e-3);  // FP8, not the exact MLP
+  EXPECT_LT(err, 0.1);
+  EXPECT_EQ(mlp_fp8(at::randn({0, D}), q1, b1, q2, b2).sizes(), (std::vector<int64_t>{0, D}));
+}
