@@ -284,19 +284,29 @@ struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn
     const NalaOptions opt = saved_nala_options(ctx, "nala_");
     const int64_t B = v_tok.size(0), N = v_tok.size(1), D = v_tok.size(2), heads = q.size(1);
     const int64_t gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
-    // the forward once more: the attention with its state, g, then u, μ, r and y from that o
-    const NalaForward a = nala_attention_forward(q, k, v, opt, true);  // o (B, H, N, d), S, z, den
-    const at::Tensor g = gate_of(x, gate_w, gate_b);                     // (B, N, D)
-    const Saved s = tail_forward(a.o, v_tok, g, lepe_w, lepe_b, norm_w, norm_b, gh, gw, ctx->saved_data["eps"].toDouble(), w.scalar_type());
-    for (int i = 0; i < 3; ++i) ops::count_recomputation();  // the state, g, and the tail's u and y
-    const at::Tensor g2 = grads[0].reshape({-1, D}).contiguous().to(w.scalar_type());  // (R, D)
-    const ops::LinearGrads proj = ops::linear_grads(g2, s.y.reshape({B * N, D}), w, at::ScalarType(ctx->saved_data["b_dtype"].toInt()), true,
-                                                    ctx->needs_input_grad(11), ctx->needs_input_grad(12));  // ∂L/∂y (R, D), (D, D), (D)
-    const Grads t = tail_backward(proj.x.view({B, N, D}), heads, v_tok, g, lepe_w, norm_w, norm_b, s.u, s.mean, s.rstd, gh, gw);
+    // the forward once more: the attention with its state, g, then u, μ, r and y from that o. Each
+    // recomputed tensor is let go as soon as its last reader is done: the backward of the last block
+    // runs while every block's saved tensors are alive, so its transients set the step's peak.
+    NalaForward a = nala_attention_forward(q, k, v, opt, true);  // o (B, H, N, d), S, z, den
+    at::Tensor g = gate_of(x, gate_w, gate_b);                     // (B, N, D)
+    Saved s = tail_forward(a.o, v_tok, g, lepe_w, lepe_b, norm_w, norm_b, gh, gw, ctx->saved_data["eps"].toDouble(), w.scalar_type());
+    a.o.reset();
+    for (int i = 0; i < 3; ++i) ops::count_recomputation();  // the state (with o), g, and the tail's u and y
+    ops::LinearGrads proj = ops::linear_grads(grads[0].reshape({-1, D}).contiguous().to(w.scalar_type()), s.y.reshape({B * N, D}), w,
+                                              at::ScalarType(ctx->saved_data["b_dtype"].toInt()), true, ctx->needs_input_grad(11),
+                                              ctx->needs_input_grad(12));  // ∂L/∂y (R, D), (D, D), (D)
+    s.y.reset();
+    Grads t = tail_backward(proj.x.view({B, N, D}), heads, v_tok, g, lepe_w, norm_w, norm_b, s.u, s.mean, s.rstd, gh, gw);
+    proj.x.reset();
+    s = Saved{};
+    g.reset();
     auto [dq, dk, dv] = nala_attention_backward(q, k, v, a, t.o, opt);  // (B, H, N, d) ×3
-    const at::Tensor dg2 = t.g.reshape({B * N, D}).contiguous().to(gate_w.scalar_type());  // (R, D)
-    const ops::LinearGrads gate = ops::linear_grads(dg2, x.reshape({B * N, D}), gate_w, gate_b.scalar_type(), ctx->needs_input_grad(4),
-                                                    ctx->needs_input_grad(5), ctx->needs_input_grad(6));  // (R, D), (D, D), (D)
+    a = NalaForward{};
+    t.o.reset();
+    const ops::LinearGrads gate = ops::linear_grads(t.g.reshape({B * N, D}).contiguous().to(gate_w.scalar_type()), x.reshape({B * N, D}), gate_w,
+                                                    gate_b.scalar_type(), ctx->needs_input_grad(4), ctx->needs_input_grad(5),
+                                                    ctx->needs_input_grad(6));  // (R, D), (D, D), (D)
+    t.g.reset();
     const at::Tensor dx = gate.x.defined() ? gate.x.view({B, N, D}).to(x.scalar_type()) : gate.x;  // (B, N, D)
     return {dq, dk, dv, t.v, dx, gate.w, gate.b, grad_as(t.lepe_w, lepe_w), grad_as(t.lepe_b, lepe_b), grad_as(t.norm_w, norm_w),
             grad_as(t.norm_b, norm_b), proj.w, proj.b, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};

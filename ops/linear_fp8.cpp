@@ -11,6 +11,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "ops/block_ops.h"
+#include "ops/fused_ops.h"
 
 #ifdef NALA_WITH_CUDA
 #include "ops/cuda/quantize_fp8.h"
@@ -32,6 +33,7 @@ struct Registered {
 std::mutex registry_mutex;
 std::unordered_map<const c10::TensorImpl*, Registered> registry;
 std::atomic<bool> any_registered{false};
+std::atomic<int64_t> mlp_fp8_count{0};
 
 bool fits(const torch::nn::LinearImpl& l) { return l.weight.dim() == 2 && l.weight.size(0) % 16 == 0 && l.weight.size(1) % 16 == 0; }
 
@@ -111,12 +113,15 @@ Fp8Rows bias_gelu_quantize_rows_fp8(const at::Tensor& x, const at::Tensor& b) {
     auto [q, s] = cuda::bias_gelu_quantize_rows(x, b);
     return {q, s};
   }
-  if (x.is_cuda()) return quantize_rows_fp8(bias_gelu(x, b).contiguous());  // rows too long for the one-pass kernel: the two kernels
+  // rows too long for the one-pass kernel: the two kernels (bias_gelu's own rounding is the kernel's
+  // only with fused block ops on; otherwise the composition below, which rounds the same way)
+  if (x.is_cuda() && fused_block_ops()) return quantize_rows_fp8(bias_gelu(x, b).contiguous());
 #endif
   return bias_gelu_quantize_rows_fp8_reference(x, b);
 }
 
 at::Tensor mlp_fp8(const at::Tensor& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2) {
+  mlp_fp8_count.fetch_add(1, std::memory_order_relaxed);
   TORCH_CHECK(w2.q.size(1) == w1.q.size(0) && b1.dim() == 1 && b1.size(0) == w1.q.size(0), "mlp_fp8: fc1 ", w1.q.sizes(), " + ", b1.sizes(),
               " does not feed fc2 ", w2.q.sizes());
   std::vector<int64_t> shape = x.sizes().vec();
@@ -157,6 +162,8 @@ const Fp8Rows* fp8_weight(const at::Tensor& w) {
   if (w.data_ptr() != r.data || w._version() != r.version) quantize_weight(r);  // moved or changed in place
   return &r.q;
 }
+
+int64_t mlp_fp8_calls() { return mlp_fp8_count.load(std::memory_order_relaxed); }
 
 void clear_fp8_linears() {
   const std::lock_guard<std::mutex> lock(registry_mutex);

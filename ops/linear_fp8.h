@@ -37,6 +37,8 @@ at::Tensor linear_fp8(const at::Tensor& x, const Fp8Rows& w, const at::Tensor& b
 // equal bit for bit to linear_fp8(bias_gelu(linear_fp8(x, w1, {}), b1), w2, b2), without writing h
 // and reading it twice (≈ 0.6 GB a DiT-XL/2 block at batch 64 with CFG).
 at::Tensor mlp_fp8(const at::Tensor& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2);
+// how many times mlp_fp8 has run in this process (tests: that ops::mlp took it)
+int64_t mlp_fp8_calls();
 // quantize_rows_fp8 of round_x(GELU_tanh(x + b)), x (R, K), b (K): the one-pass CUDA kernel where it
 // takes x (ops/cuda/quantize_fp8.h), else the ATen composition
 Fp8Rows bias_gelu_quantize_rows_fp8(const at::Tensor& x, const at::Tensor& b);

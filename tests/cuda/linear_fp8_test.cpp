@@ -15,6 +15,7 @@
 #include "ops/block_ops.h"
 #include "ops/cuda/quantize_fp8.h"
 #include "ops/cuda/quantize_fp8_kernels.h"
+#include "ops/fused_ops.h"
 #include "ops/mlp.h"
 #include "ops/linear_fp8.h"
 #include "models/dit.h"
@@ -58,6 +59,7 @@ TEST_F(LinearFp8Cuda, KernelEqualsAtenBitForBit) {
 // rounds h differently; rows of every width the dispatch picks, the DiT MLP widths among them; the
 // whole FP8 MLP (ops::mlp with both layers registered) equal to linear_fp8 ∘ bias_gelu ∘ linear_fp8.
 TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
+  set_fused_block_ops(true);  // bias_gelu's kernel (NALA_FUSED_BLOCKS=0 would make it the ATen composition)
   for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (auto [R, K] : {std::pair<int64_t, int64_t>{3, 64}, {5, 1536}, {32768, 4608}, {7, 4096}, {9, 8192}, {11, 1000}}) {
       if (K * int64_t(at::elementSize(dt)) / 16 > cuda::kBiasGeluQuantizeMaxVectors) {
@@ -84,7 +86,8 @@ TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
       EXPECT_LE(worst, 1.0) << dt << " " << R << "x" << K;
     }
   }
-  // the FP8 MLP as sampling runs it
+  // the FP8 MLP as sampling runs it (fused block ops on, as by default)
+  set_fused_block_ops(true);
   torch::manual_seed(5);
   torch::nn::Linear fc1(384, 1536), fc2(1536, 384);
   fc1->to(at::kCUDA, at::kBFloat16);
@@ -92,7 +95,9 @@ TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
   ASSERT_EQ(use_fp8_linears({fc1.get(), fc2.get()}), 2);
   torch::NoGradGuard ng;
   const at::Tensor x = at::randn({4, 256, 384}, at::kCUDA).to(at::kBFloat16);
+  const int64_t before = mlp_fp8_calls();
   const at::Tensor fused = mlp(*fc1, *fc2, x);  // (4, 256, 384)
+  EXPECT_EQ(mlp_fp8_calls() - before, 1) << "ops::mlp did not take mlp_fp8";
   const at::Tensor composed = linear_fp8(bias_gelu(linear_fp8(x, *fp8_weight(fc1->weight), at::Tensor()), fc1->bias), *fp8_weight(fc2->weight),
                                          fc2->bias);
   EXPECT_TRUE(at::equal(fused, composed));
