@@ -28,6 +28,13 @@ void set_gemm_epilogues(bool on);
 // Any other value is an error.
 bool recompute_saved();
 void set_recompute_saved(bool on);
+// FP8 sampling's MLP with fc1's bias and GELU joined to fc2's row quantization in one kernel
+// (ops/linear_fp8.h mlp_fp8): NALA_FP8_MLP_FUSED=1 runs it, 0 (default, until its GPU test and
+// timing have run on the H200) keeps bias_gelu then quantize_rows, which it equals bit for bit by
+// construction. Any other value is an error.
+bool fp8_mlp_fused();
+void set_fp8_mlp_fused(bool on);
+
 // How many tensors backward passes have recomputed so far (the attention's state, g, y or the
 // tail's u and y: one each time), so that tests can tell that a recomputation happened.
 int64_t recomputations();

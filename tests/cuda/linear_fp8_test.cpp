@@ -88,6 +88,7 @@ TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
   }
   // the FP8 MLP as sampling runs it (fused block ops on, as by default)
   set_fused_block_ops(true);
+  set_fp8_mlp_fused(true);
   torch::manual_seed(5);
   torch::nn::Linear fc1(384, 1536), fc2(1536, 384);
   fc1->to(at::kCUDA, at::kBFloat16);
@@ -101,6 +102,10 @@ TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
   const at::Tensor composed = linear_fp8(bias_gelu(linear_fp8(x, *fp8_weight(fc1->weight), at::Tensor()), fc1->bias), *fp8_weight(fc2->weight),
                                          fc2->bias);
   EXPECT_TRUE(at::equal(fused, composed));
+  set_fp8_mlp_fused(false);
+  const int64_t before_off = mlp_fp8_calls();
+  EXPECT_TRUE(at::equal(mlp(*fc1, *fc2, x), composed));
+  EXPECT_EQ(mlp_fp8_calls(), before_off) << "NALA_FP8_MLP_FUSED=0 still took mlp_fp8";
 }
 
 TEST_F(LinearFp8Cuda, ScaledMmEqualsDequantizedProducts) {
