@@ -44,7 +44,7 @@ void set_gemm_epilogues(bool on) { g_epilogues = on ? 1 : 0; }
 
 bool recompute_saved() { return read_switch(g_recompute, "NALA_RECOMPUTE", 0); }
 void set_recompute_saved(bool on) { g_recompute = on ? 1 : 0; }
-bool fp8_mlp_fused() { return read_switch(g_fp8_mlp, "NALA_FP8_MLP_FUSED", 0); }
+bool fp8_mlp_fused() { return read_switch(g_fp8_mlp, "NALA_FP8_MLP_FUSED", 1); }
 void set_fp8_mlp_fused(bool on) { g_fp8_mlp = on ? 1 : 0; }
 
 int64_t recomputations() { return g_recomputations.load(); }

@@ -8,8 +8,8 @@
 //             db₁ = Σ_rows dy, dW₁ = dyᵀ x, dx = dy W₁
 // which spares the bias-GELU kernel's passes over the (tokens, hidden) activation: one forward
 // (y written and read again) and one backward (∂L/∂h written and read again). Sampling on CUDA with
-// both layers in FP8 (`--dtype fp8`) and NALA_FP8_MLP_FUSED=1 (off by default until measured on
-// the GPU: ops/fused_ops.h) it is ops::mlp_fp8 (ops/linear_fp8.h: fc1's bias and GELU joined
+// both layers in FP8 (`--dtype fp8`) it is ops::mlp_fp8 (NALA_FP8_MLP_FUSED=0 turns it off:
+// ops/fused_ops.h) (ops/linear_fp8.h: fc1's bias and GELU joined
 // to fc2's row quantization). Everywhere else it is ops::linear(fc2, ops::linear_gelu(fc1, x))
 // (ops/linear_gelu.h). mlp_op is the autograd op on any
 // device: on the CPU its two epilogue GEMMs are the ATen composition, which CI tests against

@@ -10,8 +10,8 @@ n=./build-device/nala
   echo
   $n bench sample --models DiT-XL/2,NaLaDiT-XL/2 --batch 64 --measure 8 --dtypes bf16,fp8 --cuda-graphs both
   echo
-  echo "NALA_FP8_MLP_FUSED=1 (fc1's bias-GELU joined to fc2's row quantization, ops/linear_fp8.h mlp_fp8):"
-  NALA_FP8_MLP_FUSED=1 $n bench sample --models DiT-XL/2,NaLaDiT-XL/2 --batch 64 --measure 8 --dtypes fp8 --cuda-graphs on
+  echo "NALA_FP8_MLP_FUSED=0 (fc1's bias-GELU and fc2's row quantization as two kernels, not ops/linear_fp8.h mlp_fp8):"
+  NALA_FP8_MLP_FUSED=0 $n bench sample --models DiT-XL/2,NaLaDiT-XL/2 --batch 64 --measure 8 --dtypes fp8 --cuda-graphs on
   echo
   echo "NALA_FP8_FAST_ACCUM=0:"
   NALA_FP8_FAST_ACCUM=0 $n bench sample --models DiT-XL/2 --batch 64 --measure 8 --dtypes fp8 --cuda-graphs on

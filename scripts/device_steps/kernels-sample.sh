@@ -10,8 +10,6 @@
 out=$1
 model=${2:-DiT-XL/2}
 m="--metrics gpu__time_duration.sum --csv --page raw --cache-control none --clock-control none"
-# fp8 with the joined bias-GELU-quantize kernel (NALA_FP8_MLP_FUSED=1, off by default until measured)
-export NALA_FP8_MLP_FUSED=${NALA_FP8_MLP_FUSED:-1}
 for dt in bf16 fp8; do
   ncu $m ./build-device/nala bench sample --models "$model" --batch 64 --measure 1 --dtypes "$dt" --cuda-graphs off \
     > "$out/ks_$dt.csv" 2> "$out/ks_$dt.err" || { tail -5 "$out/ks_$dt.err"; exit 1; }

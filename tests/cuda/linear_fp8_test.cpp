@@ -87,6 +87,7 @@ TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
     }
   }
   // the FP8 MLP as sampling runs it (fused block ops on, as by default)
+  const bool was_fused = fp8_mlp_fused();
   set_fused_block_ops(true);
   set_fp8_mlp_fused(true);
   torch::manual_seed(5);
@@ -106,6 +107,7 @@ TEST_F(LinearFp8Cuda, BiasGeluQuantizeEqualsTheTwoKernels) {
   const int64_t before_off = mlp_fp8_calls();
   EXPECT_TRUE(at::equal(mlp(*fc1, *fc2, x), composed));
   EXPECT_EQ(mlp_fp8_calls(), before_off) << "NALA_FP8_MLP_FUSED=0 still took mlp_fp8";
+  set_fp8_mlp_fused(was_fused);
 }
 
 TEST_F(LinearFp8Cuda, ScaledMmEqualsDequantizedProducts) {
