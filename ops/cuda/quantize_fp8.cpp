@@ -49,7 +49,8 @@ std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, c
               "with 16-byte rows of at most ", kBiasGeluQuantizeMaxVectors, " vectors and a (K) bias on its device, got ", x.sizes(), " ",
               x.scalar_type(), " and bias ", bias.sizes());
   const c10::cuda::CUDAGuard guard(x.device());
-  const at::Tensor b = bias.to(at::kFloat).contiguous();  // (K) float32, as bias_gelu reads it
+  at::Tensor b = bias.to(at::kFloat).contiguous();  // (K) float32, as bias_gelu reads it
+  if (reinterpret_cast<uintptr_t>(b.data_ptr()) % 16) b = b.clone();  // (K) the kernel reads it in 16-byte vectors
   at::Tensor q, s;
   launch_bias_gelu_quantize_rows(params_with_outputs(x, q, s), b.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
   return {q, s};

@@ -72,7 +72,8 @@ __device__ __forceinline__ float round_to<__nv_bfloat16>(float v) { return __bfl
 template <>
 __device__ __forceinline__ float round_to<__half>(float v) { return __half2float(__float2half_rn(v)); }
 
-// h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does. A block of
+// h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does (GELU in its
+// sigmoid form with the hardware's exp: ops/cuda/gelu.cuh gelu_tanh_fast). A block of
 // kRowThreads owns a row: each thread keeps up to NV 16-byte vectors of h in registers, the block
 // reduces max |h| (warp shuffles, then one value a warp through shared memory), and the threads
 // write their vectors' e4m3 bytes. One read of x and one fp8 write, against bias_gelu's read and
@@ -93,9 +94,12 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
     if (v < nvec) {
       const uint4 raw = __ldg(xr + v);
       const T* e = reinterpret_cast<const T*>(&raw);
+      float bv[V];  // the vector's V biases, 16-byte loads (K·4 bytes is a multiple of 16: the launcher checks)
+#pragma unroll
+      for (int i = 0; i < V; i += 4) *reinterpret_cast<float4*>(bv + i) = __ldg(reinterpret_cast<const float4*>(bias + v * V + i));
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        h[j][i] = round_to<T>(nala::cuda_gelu::gelu_tanh(to_f(e[i]) + __ldg(bias + v * V + i)));
+        h[j][i] = round_to<T>(nala::cuda_gelu::gelu_tanh_fast(to_f(e[i]) + bv[i]));
         amax = fmaxf(amax, fabsf(h[j][i]));
       }
     }

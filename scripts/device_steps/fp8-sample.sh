@@ -6,7 +6,7 @@
 out=$1
 n=./build-device/nala
 {
-  ./build-device/tests/nala_cuda_tests --gtest_filter='LinearFp8Cuda.*' 2>&1 | grep -E "^\[  (PASSED|FAILED)|Failure|linear_fp8|forward vs"
+  ./build-device/tests/nala_cuda_tests --gtest_filter='LinearFp8Cuda.*' 2>&1 | grep -E "^\[  (PASSED|FAILED)|Failure|linear_fp8|bias_gelu_quantize|forward vs"
   echo
   $n bench sample --models DiT-XL/2,NaLaDiT-XL/2 --batch 64 --measure 8 --dtypes bf16,fp8 --cuda-graphs both
   echo
