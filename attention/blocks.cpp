@@ -18,10 +18,27 @@ SoftmaxAttention::SoftmaxAttention(int64_t dim, int64_t heads) : heads_(heads) {
   proj = register_module("proj", torch::nn::Linear(dim, dim));
 }
 
+at::Tensor TokenMixer::forward_fp8(const ops::Fp8Input&, int64_t, int64_t) {
+  TORCH_CHECK(false, "this token mixer does not take an FP8 input (takes_fp8_input() is false)");
+}
+
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
-  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+  return attend_projected(ops::linear(qkv, x), x.size(0), x.size(1), x.size(2));  // (B, N, D)
+}
+
+bool SoftmaxAttention::takes_fp8_input() const { return ops::fp8_weight(qkv->weight) != nullptr; }
+
+at::Tensor SoftmaxAttention::forward_fp8(const ops::Fp8Input& x, int64_t, int64_t) {
+  const ops::Fp8Rows* w = ops::fp8_weight(qkv->weight);
+  TORCH_CHECK(w && x.shape.size() == 3, "SoftmaxAttention: an FP8 input needs qkv registered for FP8 and a (B, N, D) shape, got ",
+              c10::IntArrayRef(x.shape));
+  return attend_projected(ops::linear_fp8(x, *w, qkv->bias), x.shape[0], x.shape[1], x.shape[2]);  // (B, N, D)
+}
+
+at::Tensor SoftmaxAttention::attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D) {
+  const int64_t d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h)
-  const auto t = ops::split_heads(ops::linear(qkv, x).view({B, N, 3, heads_, d}));              // 3 × (B, N, H, d)
+  const auto t = ops::split_heads(qkv_out.view({B, N, 3, heads_, d}));                              // 3 × (B, N, H, d)
   at::Tensor o = softmax_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2));  // (B, H, N, d)
   return ops::linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
 }
@@ -38,13 +55,28 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 }
 
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
-  const int64_t B = x.size(0), N = x.size(1), D = x.size(2), d = D / heads_;
+  const int64_t B = x.size(0), N = x.size(1), D = x.size(2);
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
   if (x.is_cuda() && ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad())
     return forward_recomputing(x, grid_h, grid_w);
+  return mix_projected(ops::linear(qkvg, x), B, N, D, grid_h, grid_w);  // (B, N, D)
+}
+
+bool GatedNalaAttention::takes_fp8_input() const { return ops::fp8_weight(qkvg->weight) != nullptr; }
+
+at::Tensor GatedNalaAttention::forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w) {
+  const ops::Fp8Rows* w = ops::fp8_weight(qkvg->weight);
+  TORCH_CHECK(w && x.shape.size() == 3, "GatedNalaAttention: an FP8 input needs qkvg registered for FP8 and a (B, N, D) shape, got ",
+              c10::IntArrayRef(x.shape));
+  TORCH_CHECK(x.shape[1] == grid_h * grid_w, "GatedNalaAttention: ", x.shape[1], " tokens do not fill a ", grid_h, "x", grid_w, " grid");
+  return mix_projected(ops::linear_fp8(x, *w, qkvg->bias), x.shape[0], x.shape[1], x.shape[2], grid_h, grid_w);  // (B, N, D)
+}
+
+at::Tensor GatedNalaAttention::mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w) {
+  const int64_t d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h), v's
   // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
-  const auto t = ops::split_heads(ops::linear(qkvg, x).view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
+  const auto t = ops::split_heads(qkvg_out.view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)

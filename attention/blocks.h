@@ -14,6 +14,7 @@
 
 #include "attention/nala_options.h"
 #include "attention/nala_rope.h"
+#include "ops/linear_fp8.h"
 
 namespace nala::attention {
 
@@ -21,15 +22,23 @@ namespace nala::attention {
 class TokenMixer : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) = 0;  // (B, N, D) -> (B, N, D)
+  // FP8 sampling with NALA_FP8_LN_FUSED=1 (ops/fused_ops.h): whether the mixer's input projection
+  // is registered for FP8 so that forward_fp8 takes the input as quantized rows (ops/linear_fp8.h
+  // Fp8Input), and that forward: the same result as forward of the tensor the rows quantize.
+  virtual bool takes_fp8_input() const { return false; }
+  virtual at::Tensor forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w);  // (B·N, D) rows -> (B, N, D)
 };
 
 class SoftmaxAttention : public TokenMixer {
  public:
   SoftmaxAttention(int64_t dim, int64_t heads);
   at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
+  bool takes_fp8_input() const override;
+  at::Tensor forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w) override;
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
 
  private:
+  at::Tensor attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D);  // (B, N, 3D) -> (B, N, D)
   int64_t heads_;
 };
 
@@ -43,6 +52,8 @@ class GatedNalaAttention : public TokenMixer {
  public:
   GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg);
   at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
+  bool takes_fp8_input() const override;
+  at::Tensor forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w) override;
   // What forward runs when training on CUDA with NALA_RECOMPUTE=1 (ops/fused_ops.h): q, k, v from a
   // GEMM of qkvg's first 3·D rows, then the attention, the gate's rows, LePE, LayerNorm, gate and
   // proj as one operation that keeps only q, k, v and x (attention/gated_tail.h
@@ -55,6 +66,7 @@ class GatedNalaAttention : public TokenMixer {
 
  private:
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t grid_h, int64_t grid_w);
+  at::Tensor mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w);  // (B, N, 4D) -> (B, N, D)
   int64_t heads_;
   GatedNalaConfig cfg_;
 };

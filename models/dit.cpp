@@ -68,6 +68,12 @@ at::Tensor Mlp::forward(const at::Tensor& x) {
   return ops::mlp(*fc1, *fc2, x);  // (N, T, D)
 }
 
+bool Mlp::takes_fp8_input() const { return ops::fp8_weight(fc1->weight) != nullptr && fc1->bias.defined(); }
+
+at::Tensor Mlp::forward_fp8(const ops::Fp8Input& x) {
+  return ops::mlp(*fc1, *fc2, x);  // (N, T, D)
+}
+
 namespace {
 torch::nn::LayerNorm plain_layer_norm(int64_t d) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).elementwise_affine(false).eps(1e-6));
@@ -87,6 +93,12 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); ops/block_ops.h fuses the chains
   const double eps = norm1->options.eps();
+  if (ops::fp8_ln_fused() && !at::GradMode::is_enabled() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
+    // FP8 sampling: LayerNorm-modulate writes the e4m3 rows that qkv and fc1 read (ops/linear_fp8.h
+    // layer_norm_modulate_fp8), not the modulated tensor; the same result as below
+    const at::Tensor h = ops::gated_residual(x, m[2], attn->forward_fp8(ops::layer_norm_modulate_fp8(x, m[0], m[1], eps), grid_h, grid_w));  // (N, T, D)
+    return ops::gated_residual(h, m[5], mlp->forward_fp8(ops::layer_norm_modulate_fp8(h, m[3], m[4], eps)));  // (N, T, D)
+  }
   const auto a = ops::layer_norm_modulate_residual(x, m[0], m[1], eps);                          // (N, T, D) ×2
   const at::Tensor h = ops::gated_residual(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w));  // (N, T, D)
   const auto b = ops::layer_norm_modulate_residual(h, m[3], m[4], eps);                          // (N, T, D) ×2

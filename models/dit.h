@@ -48,6 +48,10 @@ class Mlp : public torch::nn::Module {
  public:
   Mlp(int64_t dim, int64_t hidden);
   at::Tensor forward(const at::Tensor& x);  // fc1 -> GELU(tanh) -> fc2
+  // FP8 sampling with NALA_FP8_LN_FUSED=1: fc1 registered for FP8, and forward from the input's rows
+  // (ops/linear_fp8.h Fp8Input), the same result as forward of the tensor they quantize
+  bool takes_fp8_input() const;
+  at::Tensor forward_fp8(const ops::Fp8Input& x);
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 

@@ -36,6 +36,12 @@ void set_recompute_saved(bool on);
 // a step (docs/benchmarks.md, 2026-12-03). Any other value is an error.
 bool fp8_mlp_fused();
 void set_fp8_mlp_fused(bool on);
+// FP8 sampling's LayerNorm-modulate writing the e4m3 rows of qkv's and fc1's input itself
+// (ops/linear_fp8.h layer_norm_modulate_fp8; models/dit.cpp DiTBlock): NALA_FP8_LN_FUSED=1 runs it,
+// 0 (default, until its GPU test and timing have run) writes the modulated tensor and quantizes it
+// in the next linear, which it equals bit for bit by construction. Any other value is an error.
+bool fp8_ln_fused();
+void set_fp8_ln_fused(bool on);
 
 // How many tensors backward passes have recomputed so far (the attention's state, g, y or the
 // tail's u and y: one each time), so that tests can tell that a recomputation happened.

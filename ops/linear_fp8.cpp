@@ -14,6 +14,7 @@
 #include "ops/fused_ops.h"
 
 #ifdef NALA_WITH_CUDA
+#include "ops/cuda/block_cuda.h"
 #include "ops/cuda/quantize_fp8.h"
 #endif
 
@@ -34,6 +35,7 @@ std::mutex registry_mutex;
 std::unordered_map<const c10::TensorImpl*, Registered> registry;
 std::atomic<bool> any_registered{false};
 std::atomic<int64_t> mlp_fp8_count{0};
+std::atomic<int64_t> ln_fp8_count{0};
 
 bool fits(const torch::nn::LinearImpl& l) { return l.weight.dim() == 2 && l.weight.size(0) % 16 == 0 && l.weight.size(1) % 16 == 0; }
 
@@ -120,17 +122,60 @@ Fp8Rows bias_gelu_quantize_rows_fp8(const at::Tensor& x, const at::Tensor& b) {
   return bias_gelu_quantize_rows_fp8_reference(x, b);
 }
 
-at::Tensor mlp_fp8(const at::Tensor& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2) {
-  mlp_fp8_count.fetch_add(1, std::memory_order_relaxed);
+namespace {
+// fc1's output a (…, H) without its bias → fc2's (…, D) in dtype: the joined bias-GELU-quantize, then fc2's GEMM
+at::Tensor mlp_fp8_tail(const at::Tensor& a, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2, at::ScalarType dtype) {
+  std::vector<int64_t> shape = a.sizes().vec();
+  shape.back() = w2.q.size(0);
+  const at::Tensor a2 = a.reshape({-1, a.size(-1)}).contiguous();  // (R, H)
+  if (a2.size(0) == 0) return at::zeros(shape, a.options().dtype(dtype));
+  return gemm_fp8(bias_gelu_quantize_rows_fp8(a2, b1), w2, b2).to(dtype).view(shape);  // (…, D)
+}
+
+void check_mlp_fp8(const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2) {
   TORCH_CHECK(w2.q.size(1) == w1.q.size(0) && b1.dim() == 1 && b1.size(0) == w1.q.size(0), "mlp_fp8: fc1 ", w1.q.sizes(), " + ", b1.sizes(),
               " does not feed fc2 ", w2.q.sizes());
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = w2.q.size(0);
-  const at::Tensor a = linear_fp8(x, w1, at::Tensor());         // (…, H): fc1 without its bias
-  const at::Tensor a2 = a.reshape({-1, a.size(-1)}).contiguous();  // (R, H)
-  if (a2.size(0) == 0) return at::zeros(shape, x.options());
-  return gemm_fp8(bias_gelu_quantize_rows_fp8(a2, b1), w2, b2).to(x.scalar_type()).view(shape);  // (…, D)
 }
+}  // namespace
+
+at::Tensor mlp_fp8(const at::Tensor& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2) {
+  mlp_fp8_count.fetch_add(1, std::memory_order_relaxed);
+  check_mlp_fp8(w1, b1, w2);
+  return mlp_fp8_tail(linear_fp8(x, w1, at::Tensor()), b1, w2, b2, x.scalar_type());  // (…, D); fc1 without its bias first
+}
+
+at::Tensor mlp_fp8(const Fp8Input& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2) {
+  mlp_fp8_count.fetch_add(1, std::memory_order_relaxed);
+  check_mlp_fp8(w1, b1, w2);
+  return mlp_fp8_tail(linear_fp8(x, w1, at::Tensor()), b1, w2, b2, x.dtype);  // (…, D)
+}
+
+at::Tensor linear_fp8(const Fp8Input& x, const Fp8Rows& w, const at::Tensor& b) {
+  TORCH_CHECK(!x.shape.empty() && x.shape.back() == w.q.size(1) && x.rows.q.dim() == 2 && x.rows.q.size(1) == w.q.size(1),
+              "linear_fp8: quantized input of shape ", c10::IntArrayRef(x.shape), " (rows ", x.rows.q.sizes(), ") does not fit a weight of ",
+              w.q.sizes());
+  std::vector<int64_t> shape = x.shape;
+  shape.back() = w.q.size(0);
+  if (x.rows.q.size(0) == 0) return at::zeros(shape, x.rows.scale.options().dtype(x.dtype));
+  return gemm_fp8(x.rows, w, b).to(x.dtype).view(shape);  // (…, out)
+}
+
+Fp8Input layer_norm_modulate_fp8(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  ln_fp8_count.fetch_add(1, std::memory_order_relaxed);
+  TORCH_CHECK(x.dim() == 3 && shift.dim() == 2 && scale.dim() == 2, "layer_norm_modulate_fp8: x must be (N, T, D) and shift, scale (N, D), got ",
+              x.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
+#ifdef NALA_WITH_CUDA
+  const at::ScalarType dt = fused_result_dtype(x);
+  if (x.is_cuda() && fused_block_ops() && cuda::layer_norm_modulate_supported(x, dt)) {
+    auto [q, s] = cuda::layer_norm_modulate_quantize(x, shift, scale, eps, dt);  // (N·T, D), (N·T, 1)
+    return {{q, s}, x.sizes().vec(), dt};
+  }
+#endif
+  const at::Tensor m = layer_norm_modulate(x, shift, scale, eps);                        // (N, T, D)
+  return {quantize_rows_fp8(m.reshape({-1, m.size(-1)}).contiguous()), m.sizes().vec(), m.scalar_type()};  // (N·T, D) rows
+}
+
+int64_t layer_norm_modulate_fp8_calls() { return ln_fp8_count.load(std::memory_order_relaxed); }
 
 int64_t use_fp8_linears(const std::vector<torch::nn::LinearImpl*>& layers) {
   int64_t n = 0;

@@ -51,6 +51,26 @@ Fp8Rows bias_gelu_quantize_rows_fp8_reference(const at::Tensor& x, const at::Ten
 // layer is used in FP8 only while its weight has the dtype it had here. Throws for CUDA weights on
 // a device without FP8 GEMMs. (A model picks its layers: models::DiT::use_fp8_linears.)
 int64_t use_fp8_linears(const std::vector<torch::nn::LinearImpl*>& layers);
+// A block's LayerNorm-modulated input already quantized for its next FP8 GEMM (FP8 sampling with
+// NALA_FP8_LN_FUSED=1, ops/fused_ops.h): rows (N·T, D) and the (N, T, D) shape and dtype the
+// modulated tensor would have had.
+struct Fp8Input {
+  Fp8Rows rows;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+};
+// quantize_rows_fp8 of layer_norm_modulate(x, shift, scale, eps) (ops/block_ops.h) viewed as rows:
+// on CUDA with fused block ops one kernel that never writes the modulated tensor (ops/cuda/
+// block_cuda.h layer_norm_modulate_quantize), equal to the composition bit for bit; elsewhere the
+// composition. x (N, T, D), shift and scale (N, D).
+Fp8Input layer_norm_modulate_fp8(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+// how many times layer_norm_modulate_fp8 has run in this process (tests: that a block took it)
+int64_t layer_norm_modulate_fp8_calls();
+// linear_fp8 of an input already quantized: (…, out) in x.dtype, what linear_fp8 of the tensor gives
+at::Tensor linear_fp8(const Fp8Input& x, const Fp8Rows& w, const at::Tensor& b);
+// mlp_fp8 of an input already quantized
+at::Tensor mlp_fp8(const Fp8Input& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2);
+
 // the registered quantized weight of w, or nullptr
 const Fp8Rows* fp8_weight(const at::Tensor& w);
 // forgets every registration (tests; a model that goes away)

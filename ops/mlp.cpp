@@ -5,6 +5,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
+#include "ops/block_ops.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
 #include "ops/linear_fp8.h"
@@ -105,6 +106,18 @@ at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc
     if (const Fp8Rows* q1 = fp8_weight(fc1.weight))
       if (const Fp8Rows* q2 = fp8_weight(fc2.weight)) return mlp_fp8(x, *q1, fc1.bias, *q2, fc2.bias);  // (…, D)
   return linear(fc2, linear_gelu(fc1, x));                           // (…, D)
+}
+
+at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const Fp8Input& x) {
+  const Fp8Rows* q1 = fp8_weight(fc1.weight);
+  TORCH_CHECK(q1 && fc1.bias.defined(), "mlp: an FP8 input needs fc1 registered for FP8 with a bias (weight ", fc1.weight.sizes(), ")");
+  const bool cuda = x.rows.q.is_cuda();
+  // as mlp() above and linear_gelu (ops/linear_gelu.cpp) choose for the tensor, with fc1's GEMM on the rows
+  if (cuda && fused_block_ops() && fp8_mlp_fused() && fc2.bias.defined())
+    if (const Fp8Rows* q2 = fp8_weight(fc2.weight)) return mlp_fp8(x, *q1, fc1.bias, *q2, fc2.bias);  // (…, D)
+  const at::Tensor h = cuda && fused_block_ops() ? bias_gelu(linear_fp8(x, *q1, at::Tensor()), fc1.bias)  // (…, H)
+                                                 : at::gelu(linear_fp8(x, *q1, fc1.bias), "tanh");       // (…, H)
+  return linear(fc2, h);                                                                                   // (…, D)
 }
 
 }  // namespace nala::ops

@@ -20,7 +20,13 @@
 
 namespace nala::ops {
 
+struct Fp8Input;  // ops/linear_fp8.h
+
 at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x);  // (…, D) → (…, D)
+// The same from an input already quantized for fc1 (FP8 sampling with NALA_FP8_LN_FUSED=1, ops/linear_fp8.h
+// layer_norm_modulate_fp8); fc1 must be registered for FP8. Equal bit for bit to mlp() of the
+// tensor x.rows quantizes: the same kernels after fc1's GEMM on every device.
+at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const Fp8Input& x);
 
 // x (…, D), w1 (H, D), b1 (H), w2 (D, H), b2 (D); weights in x's dtype after autocast's cast
 at::Tensor mlp_op(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b1, const at::Tensor& w2, const at::Tensor& b2);

@@ -87,6 +87,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const
   return {out, mean, rstd};
 }
 
+std::pair<at::Tensor, at::Tensor> layer_norm_modulate_quantize(const at::Tensor& x_in, const at::Tensor& shift, const at::Tensor& scale, double eps,
+                                                               at::ScalarType out_dtype) {
+  TORCH_CHECK(layer_norm_modulate_supported(x_in, out_dtype), "layer_norm_modulate_quantize: the kernels do not take x ", x_in.sizes(), " ",
+              x_in.scalar_type(), " with a ", out_dtype, " result");
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in);
+  LayerNormModulateParams p;
+  p.s = shape_of(x);
+  const at::Tensor sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  const int64_t R = p.s.N * p.s.T;
+  at::Tensor q = at::empty({R, p.s.D}, x.options().dtype(at::kFloat8_e4m3fn));  // (N·T, D)
+  at::Tensor s = at::empty({R, 1}, x.options().dtype(at::kFloat));              // (N·T, 1)
+  p.eps = float(eps);
+  p.x_type = dtype_of(x);
+  DType o;
+  TORCH_CHECK(kernel_dtype(out_dtype, o), "layer_norm_modulate_quantize: unsupported result dtype ", out_dtype);
+  p.out_type = o;
+  p.x = x.data_ptr();
+  p.shift = sh.data_ptr<float>();
+  p.scale = sc.data_ptr<float>();
+  launch_layer_norm_modulate_quantize(p, static_cast<uint8_t*>(q.data_ptr()), s.data_ptr<float>(), stream());
+  return {q, s};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const at::Tensor& mean,
                                                                             const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in) {
   c10::cuda::CUDAGuard guard(x_in.device());

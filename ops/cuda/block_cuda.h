@@ -3,6 +3,7 @@
 // callers (ops/block_ops.cpp) use the ATen formulas otherwise.
 #pragma once
 #include <tuple>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 
@@ -13,6 +14,11 @@ bool layer_norm_modulate_supported(const at::Tensor& x, at::ScalarType out_dtype
 // save_stats, mean and rstd (N, T, 1) float32.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
                                                                            double eps, at::ScalarType out_dtype, bool save_stats);
+// FP8 sampling: layer_norm_modulate_forward's out (in out_dtype) quantized row by row for the next
+// FP8 GEMM without writing it: {q (N·T, D) float8_e4m3fn, scale (N·T, 1) float32}, equal bit for bit
+// to quantize_rows (ops/cuda/quantize_fp8.h) of that out viewed as (N·T, D).
+std::pair<at::Tensor, at::Tensor> layer_norm_modulate_quantize(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
+                                                               at::ScalarType out_dtype);
 // Returns dx (x's dtype, plus dres where defined), dshift, dscale (N, D) float32.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout, const at::Tensor& x, const at::Tensor& mean,
                                                                             const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres);

@@ -5,6 +5,7 @@
 // CPU counterpart and formulas: ops/block_ops.cpp.
 #include "ops/cuda/block_kernels.h"
 
+#include "ops/cuda/fp8_rows.cuh"
 #include "ops/cuda/gelu.cuh"
 #include "ops/cuda/vec_io.cuh"
 
@@ -26,6 +27,7 @@ void check_launch(const char* what) {
 
 using namespace nala::cuda_vec;   // load4, store4, warp_sum
 using namespace nala::cuda_gelu;  // gelu_tanh, gelu_tanh_grad
+using namespace nala::cuda_fp8_rows;  // row_scale, to_e4m3, round_to, warp_max (ln_modulate_quantize)
 
 // Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
 // the block's partial for sample n, chunk c.
@@ -39,6 +41,47 @@ __device__ __forceinline__ void write_partial(const float* sm, float* part, int6
 }
 
 // ---- LayerNorm + modulate ----
+// One warp's row: o = (x − μ)·r·(1 + scale) + shift in float registers (lane holds channels
+// 4·(lane + 32j) … +3), μ and r = 1/√(var + eps) of the row. Shared by the forward, which stores o,
+// and the FP8 forward, which quantizes it: the same float o in both.
+template <typename TX, int NV>
+__device__ __forceinline__ void ln_modulate_row(const TX* __restrict__ x, const float* __restrict__ shift, const float* __restrict__ scale,
+                                                int64_t row, int64_t n, int D, float eps, int lane, float (&o)[NV][4], float& mean,
+                                                float& rstd) {
+  const int D4 = D / 4;
+  float s = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D4) {
+      load4(x + row * D + 4 * c, o[j]);
+      s += o[j][0] + o[j][1] + o[j][2] + o[j][3];
+    }
+  }
+  mean = warp_sum(s) / float(D);
+  float q = 0;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float d = o[j][e] - mean;
+        q += d * d;
+      }
+  rstd = rsqrtf(warp_sum(q) / float(D) + eps);  // biased variance, as nn.LayerNorm
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D4) {
+      float sc[4], sh[4];
+      load4(scale + n * D + 4 * c, sc);
+      load4(shift + n * D + 4 * c, sh);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
+    }
+  }
+}
+
 template <typename TX, typename TO, int NV>
 __global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
                                                                  const float* __restrict__ scale, TO* __restrict__ out,
@@ -47,44 +90,51 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restr
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (row >= rows) return;
-  const int D4 = D / 4;
-  const int64_t n = row / T;
-  float v[NV][4];
-  float s = 0;
+  float o[NV][4], mean, rstd;
+  ln_modulate_row<TX, NV>(x, shift, scale, row, row / T, D, eps, lane, o, mean, rstd);
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int c = lane + 32 * j;
-    if (c < D4) {
-      load4(x + row * D + 4 * c, v[j]);
-      s += v[j][0] + v[j][1] + v[j][2] + v[j][3];
-    }
-  }
-  const float mean = warp_sum(s) / float(D);
-  float q = 0;
-#pragma unroll
-  for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D4)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float d = v[j][e] - mean;
-        q += d * d;
-      }
-  const float rstd = rsqrtf(warp_sum(q) / float(D) + eps);  // biased variance, as nn.LayerNorm
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = lane + 32 * j;
-    if (c < D4) {
-      float sc[4], sh[4], o[4];
-      load4(scale + n * D + 4 * c, sc);
-      load4(shift + n * D + 4 * c, sh);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = (v[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
-      store4(out + row * D + 4 * c, o);
-    }
+    if (c < D / 4) store4(out + row * D + 4 * c, o[j]);
   }
   if (mean_out && lane == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
+  }
+}
+
+// FP8 sampling: o rounded to TO (what ln_modulate_fwd would store) and quantized row by row to e4m3
+// for the next GEMM (ops/cuda/fp8_rows.cuh), without writing o: the bytes and scales of
+// quantize_rows(ln_modulate(x)) bit for bit, one read of x and one e4m3 write.
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
+                                                                          const float* __restrict__ scale, uint8_t* __restrict__ q,
+                                                                          float* __restrict__ qscale, int64_t rows, int64_t T, int D, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float o[NV][4], mean, rstd;
+  ln_modulate_row<TX, NV>(x, shift, scale, row, row / T, D, eps, lane, o, mean, rstd);
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D / 4)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        o[j][e] = round_to<TO>(o[j][e]);
+        amax = fmaxf(amax, fabsf(o[j][e]));
+      }
+  const float s = row_scale(warp_max(amax));
+  if (lane == 0) qscale[row] = s;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D / 4) {
+      uint8_t b[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) b[e] = to_e4m3(o[j][e], s);
+      *reinterpret_cast<uint32_t*>(q + row * D + 4 * c) = *reinterpret_cast<const uint32_t*>(b);
+    }
   }
 }
 
@@ -353,6 +403,20 @@ void launch_layer_norm_modulate_forward(const LayerNormModulateParams& p, void* 
     });
   });
   check_launch("layer_norm_modulate forward");
+}
+
+void launch_layer_norm_modulate_quantize(const LayerNormModulateParams& p, uint8_t* q, float* qscale, void* stream) {
+  const int64_t rows = p.s.N * p.s.T;
+  const dim3 grid(unsigned((rows + kWarps - 1) / kWarps));
+  with_types(p.x_type, p.out_type, "layer_norm_modulate_quantize", [&](auto tx, auto to) {
+    using TX = typename decltype(tx)::T;
+    using TO = typename decltype(to)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      ln_modulate_quantize_fwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, 0, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.x), p.shift, p.scale, q, qscale, rows, p.s.T, p.s.D, p.eps);
+    });
+  });
+  check_launch("layer_norm_modulate_quantize");
 }
 
 void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream) {

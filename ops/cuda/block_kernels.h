@@ -76,6 +76,9 @@ bool gated_residual_supported(DType x, DType y, int D);
 // Launch on `stream` (a cudaStream_t); throw std::runtime_error on launch errors.
 void launch_layer_norm_modulate_forward(const LayerNormModulateParams& p, void* stream);
 void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream);
+// FP8 sampling: the forward's out (rounded to out_type, not written) quantized row by row to e4m3
+// for the next GEMM (ops/linear_fp8.h): q (rows, D) bytes, qscale (rows,) float32; p.out, mean, rstd unused.
+void launch_layer_norm_modulate_quantize(const LayerNormModulateParams& p, uint8_t* q, float* qscale, void* stream);
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
 void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);
 void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream);

@@ -6,6 +6,7 @@
 // .to(float8_e4m3fn)), so the two agree bit for bit (tests/cuda/linear_fp8_test.cpp).
 #include "ops/cuda/quantize_fp8_kernels.h"
 
+#include "ops/cuda/fp8_rows.cuh"
 #include "ops/cuda/gelu.cuh"
 
 #include <cuda_bf16.h>
@@ -20,7 +21,7 @@ namespace nala::ops::cuda {
 namespace {
 
 constexpr int kWarps = 8;  // rows a block
-constexpr float kE4m3Max = 448.f;
+using namespace nala::cuda_fp8_rows;  // row_scale, to_e4m3, round_to, warp_max
 
 template <typename T>
 __device__ __forceinline__ float to_f(T v) { return float(v); }
@@ -45,9 +46,8 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
 #pragma unroll
     for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(to_f(e[i])));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float s = fmaxf(amax, 1e-12f) / kE4m3Max;
+  amax = warp_max(amax);
+  const float s = row_scale(amax);
   if (lane == 0) scale[row] = s;
   uint8_t* qr = q + row * K;
   for (int v = lane; v < nvec; v += 32) {
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
     const T* e = reinterpret_cast<const T*>(&raw);
     uint8_t out[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(to_f(e[i]) / s, -kE4m3Max), kE4m3Max), __NV_SATFINITE, __NV_E4M3);
+    for (int i = 0; i < V; ++i) out[i] = to_e4m3(to_f(e[i]), s);
     if constexpr (V == 8) {
       *reinterpret_cast<uint2*>(qr + v * V) = *reinterpret_cast<const uint2*>(out);
     } else {
@@ -63,14 +63,6 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
     }
   }
 }
-
-// x's dtype's rounding of a float (round to nearest even), back in float: what bias_gelu's store does
-template <typename T>
-__device__ __forceinline__ float round_to(float v) { return v; }
-template <>
-__device__ __forceinline__ float round_to<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-template <>
-__device__ __forceinline__ float round_to<__half>(float v) { return __half2float(__float2half_rn(v)); }
 
 // h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does (GELU in its
 // sigmoid form with the hardware's exp: ops/cuda/gelu.cuh gelu_tanh_fast). A block of
@@ -104,15 +96,14 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
       }
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  __shared__ float warp_max[kRowThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+  amax = warp_max(amax);
+  __shared__ float warp_amax[kRowThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = amax;
   __syncthreads();
-  amax = warp_max[0];
+  amax = warp_amax[0];
 #pragma unroll
-  for (int w = 1; w < kRowThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  const float s = fmaxf(amax, 1e-12f) / kE4m3Max;
+  for (int w = 1; w < kRowThreads / 32; ++w) amax = fmaxf(amax, warp_amax[w]);
+  const float s = row_scale(amax);
   if (threadIdx.x == 0) scale[row] = s;
   uint8_t* qr = q + row * K;
 #pragma unroll
@@ -121,7 +112,7 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
     if (v < nvec) {
       uint8_t out[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) out[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(h[j][i] / s, -kE4m3Max), kE4m3Max), __NV_SATFINITE, __NV_E4M3);
+      for (int i = 0; i < V; ++i) out[i] = to_e4m3(h[j][i], s);
       if constexpr (V == 8) {
         *reinterpret_cast<uint2*>(qr + v * V) = *reinterpret_cast<const uint2*>(out);
       } else {

@@ -14,6 +14,7 @@
 #include "cuda_test_util.h"
 
 #include "ops/block_ops.h"
+#include "ops/cuda/block_cuda.h"
 #include "ops/cuda/quantize_fp8.h"
 #include "ops/cuda/quantize_fp8_kernels.h"
 #include "ops/fused_ops.h"
@@ -128,6 +129,56 @@ TEST_F(LinearFp8Cuda, MlpTakesTheJoinedKernel) {
   EXPECT_TRUE(at::equal(mlp(*fc1, *fc2, x), composed));
   EXPECT_EQ(mlp_fp8_calls(), before_off) << "NALA_FP8_MLP_FUSED=0 still took mlp_fp8";
   set_fp8_mlp_fused(was_fused);
+}
+
+// LayerNorm-modulate writing e4m3 rows for the next GEMM (FP8 sampling, NALA_FP8_LN_FUSED=1) against
+// the two kernels it replaces, layer_norm_modulate then quantize_rows, bit for bit: bytes and
+// scales; every dtype, the DiT widths (S 384, XL 1,152) and a narrow one, a ragged token count.
+TEST_F(LinearFp8Cuda, LayerNormModulateQuantizeEqualsTheTwoKernels) {
+  set_fused_block_ops(true);
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 256, 384}, {3, 17, 1152}, {1, 5, 72}, {128, 256, 1152}}) {
+      torch::manual_seed(N * T + D);
+      const at::Tensor x = (at::randn({N, T, D}, at::kCUDA) * 2 + 0.5).to(dt);              // (N, T, D)
+      const at::Tensor shift = at::randn({N, D}, at::kCUDA), scale = at::randn({N, D}, at::kCUDA) * 0.5;  // (N, D)
+      ASSERT_TRUE(cuda::layer_norm_modulate_supported(x, dt)) << dt << " " << D;
+      auto [q, s] = cuda::layer_norm_modulate_quantize(x, shift, scale, 1e-6, dt);             // (N·T, D), (N·T, 1)
+      const at::Tensor m = layer_norm_modulate(x, shift, scale, 1e-6);                          // (N, T, D) in dt
+      ASSERT_EQ(m.scalar_type(), dt);
+      auto [q2, s2] = cuda::quantize_rows(m.reshape({-1, D}).contiguous());
+      EXPECT_TRUE(at::equal(q.view(at::kByte), q2.view(at::kByte))) << dt << " " << N << "x" << T << "x" << D;
+      EXPECT_TRUE(at::equal(s, s2)) << dt << " " << N << "x" << T << "x" << D;
+    }
+  }
+}
+
+// The DiT forward in FP8 with LayerNorm-modulate quantizing qkv's (qkvg's) and fc1's input against
+// the unfused FP8 forward on the GPU: bit for bit, softmax and NaLa blocks, each block taking the path.
+TEST_F(LinearFp8Cuda, DitLayerNormQuantizedInputEqualsTheUnfusedForward) {
+  set_fused_block_ops(true);
+  for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
+    auto cfg = nala::models::model_config(name);
+    cfg.input_size = 32;
+    torch::manual_seed(0);
+    auto model = std::make_shared<nala::models::DiT>(cfg);
+    torch::NoGradGuard ng;
+    for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.02);  // adaLN and the head start at zero
+    model->to(at::kCUDA, at::kBFloat16);
+    model->eval();
+    const auto ids = at::TensorOptions().device(at::kCUDA).dtype(at::kLong);
+    const at::Tensor x = at::randn({8, 4, 32, 32}, at::kCUDA).to(at::kBFloat16), t = at::randint(0, 1000, {8}, ids), y = at::randint(0, 1000, {8}, ids);
+    ASSERT_EQ(model->use_fp8_linears(), 12 * 4 + 1) << name;
+    const bool was = fp8_ln_fused();
+    set_fp8_ln_fused(false);
+    const at::Tensor unfused = model->forward(x, t, y);
+    const int64_t calls0 = layer_norm_modulate_fp8_calls();
+    set_fp8_ln_fused(true);
+    const at::Tensor fused = model->forward(x, t, y);
+    set_fp8_ln_fused(was);
+    EXPECT_EQ(layer_norm_modulate_fp8_calls() - calls0, 2 * cfg.depth) << name;
+    EXPECT_TRUE(at::equal(fused, unfused)) << name;
+    clear_fp8_linears();
+  }
 }
 
 TEST_F(LinearFp8Cuda, ScaledMmEqualsDequantizedProducts) {

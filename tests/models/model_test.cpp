@@ -9,6 +9,8 @@
 
 #include "models/checkpoint.h"
 #include "models/dit.h"
+#include "ops/fused_ops.h"
+#include "ops/linear_fp8.h"
 
 using namespace nala::models;
 using nala::io::state_dict;
@@ -155,5 +157,40 @@ TEST(DiT, GuidanceModes) {
     EXPECT_TRUE(at::allclose(out.narrow(0, 2, 2).narrow(1, 0, gc), want, 1e-5, 1e-6));
     // unguided channels keep each half's own values
     EXPECT_TRUE(at::equal(out.narrow(1, gc, 8 - gc), full.narrow(1, gc, 8 - gc)));
+  }
+}
+
+// FP8 sampling with NALA_FP8_LN_FUSED=1 (ops/fused_ops.h): each block's LayerNorm-modulate hands qkv
+// (qkvg) and fc1 their input as quantized rows (ops/linear_fp8.h layer_norm_modulate_fp8) instead
+// of the modulated tensor. The oracle is the unfused forward, which quantizes that tensor in the
+// linear layers: the same rows, GEMMs and kernels after them, so the two must agree bit for bit, for
+// softmax and NaLa blocks, with every block taking the path (two calls a block).
+TEST(DiT, Fp8LayerNormQuantizedInputEqualsTheUnfusedForward) {
+  for (const char* name : {"DiT-S/4", "NaLaDiT-S/4"}) {
+    auto cfg = model_config(name);
+    cfg.input_size = 16;  // 4 × 4 tokens
+    cfg.depth = 2;
+    torch::manual_seed(7);
+    auto model = std::make_shared<DiT>(cfg);
+    torch::NoGradGuard ng;
+    for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.05);  // adaLN and the head start at zero: make them act
+    model->eval();
+    const at::Tensor x = at::randn({2, 4, 16, 16}), t = at::tensor({10.0, 900.0}), y = at::tensor({int64_t(3), int64_t(1000)});  // one null label
+    ASSERT_EQ(model->use_fp8_linears(), 2 * 4 + 1) << name;
+    nala::ops::set_fp8_ln_fused(false);
+    const int64_t calls0 = nala::ops::layer_norm_modulate_fp8_calls();
+    const at::Tensor unfused = model->forward(x, t, y);  // (2, 8, 16, 16) with the learned sigma
+    EXPECT_EQ(nala::ops::layer_norm_modulate_fp8_calls(), calls0) << name;
+    nala::ops::set_fp8_ln_fused(true);
+    const at::Tensor fused = model->forward(x, t, y);
+    nala::ops::set_fp8_ln_fused(false);
+    EXPECT_EQ(nala::ops::layer_norm_modulate_fp8_calls() - calls0, 2 * cfg.depth) << name;
+    EXPECT_TRUE(at::equal(fused, unfused)) << name << ": max |difference| " << (fused - unfused).abs().max().item<double>();
+    // and FP8 at all: within FP8's error of the exact forward, not equal to it
+    nala::ops::clear_fp8_linears();
+    const at::Tensor exact = model->forward(x, t, y);
+    const double err = ((fused - exact).norm() / exact.norm()).item<double>();
+    EXPECT_GT(err, 1e-4) << name;
+    EXPECT_LT(err, 0.1) << name;
   }
 }

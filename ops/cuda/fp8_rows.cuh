@@ -1,0 +1,39 @@
+// Row-wise e4m3 quantization in float registers, one definition for every kernel that writes FP8
+// rows for the next GEMM (ops/cuda/quantize_fp8_kernels.cu: quantize_rows, bias_gelu_quantize_rows;
+// ops/cuda/block_kernels.cu: ln_modulate_quantize): s = max(amax, 1e-12) / 448 and
+// q = e4m3(clamp(v / s, ±448)) rounded to nearest even, as ops/linear_fp8.h defines them and
+// quantize_rows_fp8_reference computes them (x.float() / s: a division, not a product with 1/s).
+// round_to<T> is T's round-to-nearest-even of a float, back in float: what storing v as T and
+// reading it again gives, so that a kernel quantizing values it never writes rounds them as a
+// kernel that writes them in T followed by quantize_rows would.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace nala::cuda_fp8_rows {
+
+constexpr float kE4m3Max = 448.f;  // largest finite float8_e4m3fn
+
+__device__ __forceinline__ float row_scale(float amax) { return fmaxf(amax, 1e-12f) / kE4m3Max; }
+
+__device__ __forceinline__ uint8_t to_e4m3(float v, float s) {
+  return __nv_cvt_float_to_fp8(fminf(fmaxf(v / s, -kE4m3Max), kE4m3Max), __NV_SATFINITE, __NV_E4M3);
+}
+
+template <typename T>
+__device__ __forceinline__ float round_to(float v) { return v; }
+template <>
+__device__ __forceinline__ float round_to<__nv_bfloat16>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+template <>
+__device__ __forceinline__ float round_to<__half>(float v) { return __half2float(__float2half_rn(v)); }
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+}  // namespace nala::cuda_fp8_rows
