@@ -15,6 +15,7 @@ std::atomic<int> g_epilogues{-1};
 std::atomic<int> g_recompute{-1};
 std::atomic<int> g_fp8_mlp{-1};
 std::atomic<int> g_fp8_ln{-1};
+std::atomic<int> g_fp8_gelu{-1};
 std::atomic<int64_t> g_recomputations{0};
 
 int switch_from_environment(const char* name, int fallback) {
@@ -49,6 +50,8 @@ bool fp8_mlp_fused() { return read_switch(g_fp8_mlp, "NALA_FP8_MLP_FUSED", 1); }
 void set_fp8_mlp_fused(bool on) { g_fp8_mlp = on ? 1 : 0; }
 bool fp8_ln_fused() { return read_switch(g_fp8_ln, "NALA_FP8_LN_FUSED", 0); }
 void set_fp8_ln_fused(bool on) { g_fp8_ln = on ? 1 : 0; }
+bool fp8_fast_gelu() { return read_switch(g_fp8_gelu, "NALA_FP8_FAST_GELU", 0); }
+void set_fp8_fast_gelu(bool on) { g_fp8_gelu = on ? 1 : 0; }
 
 int64_t recomputations() { return g_recomputations.load(); }
 void count_recomputation() { ++g_recomputations; }

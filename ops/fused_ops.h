@@ -30,12 +30,17 @@ bool recompute_saved();
 void set_recompute_saved(bool on);
 // FP8 sampling's MLP with fc1's bias and GELU joined to fc2's row quantization in one kernel
 // (ops/linear_fp8.h mlp_fp8): NALA_FP8_MLP_FUSED=1 (default) runs it, 0 keeps bias_gelu then
-// quantize_rows, from which its bytes differ by at most one e4m3 step (its GELU is the sigmoid form
-// with the hardware's exp; LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels).
+// quantize_rows, which it equals bit for bit (LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels).
 // Measured on the H200, DiT-XL/2 DDPM + CFG sampling at batch 64 with CUDA graphs: 51.4 → 49.0 ms
 // a step (docs/benchmarks.md, 2026-12-03). Any other value is an error.
 bool fp8_mlp_fused();
 void set_fp8_mlp_fused(bool on);
+// That joined kernel with GELU's sigmoid form and the hardware's exp and reciprocal (ops/cuda/gelu.cuh
+// gelu_tanh_fast) instead of the accurate tanhf, which made it instruction-bound (8.0 ms of a 49 ms
+// DiT-XL/2 step, 3× its memory floor): NALA_FP8_FAST_GELU=1 runs it, 0 (default, until its GPU
+// test and timing have run) keeps tanhf. Any other value is an error.
+bool fp8_fast_gelu();
+void set_fp8_fast_gelu(bool on);
 // FP8 sampling's LayerNorm-modulate writing the e4m3 rows of qkv's and fc1's input itself
 // (ops/linear_fp8.h layer_norm_modulate_fp8; models/dit.cpp DiTBlock): NALA_FP8_LN_FUSED=1 runs it,
 // 0 (default, until its GPU test and timing have run) writes the modulated tensor and quantizes it

@@ -112,7 +112,7 @@ Fp8Rows bias_gelu_quantize_rows_fp8_reference(const at::Tensor& x, const at::Ten
 Fp8Rows bias_gelu_quantize_rows_fp8(const at::Tensor& x, const at::Tensor& b) {
 #ifdef NALA_WITH_CUDA
   if (cuda::bias_gelu_quantize_rows_supported(x, b)) {
-    auto [q, s] = cuda::bias_gelu_quantize_rows(x, b);
+    auto [q, s] = cuda::bias_gelu_quantize_rows(x, b, fp8_fast_gelu());
     return {q, s};
   }
   // rows too long for the one-pass kernel: the two kernels (bias_gelu's own rounding is the kernel's

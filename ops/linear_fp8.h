@@ -34,10 +34,10 @@ at::Tensor linear_fp8(const at::Tensor& x, const Fp8Rows& w, const at::Tensor& b
 // fc1 → GELU_tanh → fc2 with both layers in FP8 (sampling; ops/mlp.h takes it when both weights are
 // registered): fc1's GEMM without its bias, then h = GELU_tanh(a + b1) in float rounded to x's
 // dtype and quantized row by row in one pass (bias_gelu_quantize_rows_fp8), then fc2's GEMM. On CUDA
-// linear_fp8(bias_gelu(linear_fp8(x, w1, {}), b1), w2, b2) without writing h and reading it twice
-// (≈ 0.6 GB a DiT-XL/2 block at batch 64 with CFG); its GELU is the sigmoid form with the hardware's
-// exp (ops/cuda/gelu.cuh gelu_tanh_fast), so fc2's input bytes may differ from that composition's
-// by one e4m3 step where h rounds to x's dtype differently.
+// equal bit for bit to linear_fp8(bias_gelu(linear_fp8(x, w1, {}), b1), w2, b2) without writing h
+// and reading it twice (≈ 0.6 GB a DiT-XL/2 block at batch 64 with CFG); with NALA_FP8_FAST_GELU=1
+// (ops/fused_ops.h) its GELU is the sigmoid form with the hardware's exp (ops/cuda/gelu.cuh), whose
+// bytes may differ where h rounds to x's dtype differently.
 at::Tensor mlp_fp8(const at::Tensor& x, const Fp8Rows& w1, const at::Tensor& b1, const Fp8Rows& w2, const at::Tensor& b2);
 // how many times mlp_fp8 has run in this process (tests: that ops::mlp took it)
 int64_t mlp_fp8_calls();

@@ -110,6 +110,8 @@ for step in "${steps[@]}"; do
         compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 10 ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
           > "$logs/sanitize_$tool.log" 2>&1
         rc=$?
+        # hazards of warning severity leave the exit status 0: the summary line must say none
+        if [ $rc -eq 0 ] && ! grep -qE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$logs/sanitize_$tool.log"; then rc=98; fi
         [ $rc -ne 0 ] && failed=1
         note "compute-sanitizer $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitize_$tool.log" | tail -1)"
         [ $rc -ne 0 ] && grep -E "Error|Race reported|Invalid|unrecognized|Unknown" "$logs/sanitize_$tool.log" | head -6 | tee -a "$summary"

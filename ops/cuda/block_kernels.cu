@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX
   for (int j = 0; j < NV; ++j) {
     const int c = lane + 32 * j;
     if (c < D / 4) {
-      uint8_t b[4];
+      alignas(4) uint8_t b[4];  // read back as one word
 #pragma unroll
       for (int e = 0; e < 4; ++e) b[e] = to_e4m3(o[j][e], s);
       *reinterpret_cast<uint32_t*>(q + row * D + 4 * c) = *reinterpret_cast<const uint32_t*>(b);

@@ -44,7 +44,7 @@ bool bias_gelu_quantize_rows_supported(const at::Tensor& x, const at::Tensor& bi
          bias.size(0) == x.size(1) && bias.device() == x.device();
 }
 
-std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, const at::Tensor& bias) {
+std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, const at::Tensor& bias, bool fast_gelu) {
   TORCH_CHECK(bias_gelu_quantize_rows_supported(x, bias), "bias_gelu_quantize_rows: needs a contiguous (R, K) CUDA float32/bf16/fp16 matrix ",
               "with 16-byte rows of at most ", kBiasGeluQuantizeMaxVectors, " vectors and a (K) bias on its device, got ", x.sizes(), " ",
               x.scalar_type(), " and bias ", bias.sizes());
@@ -52,7 +52,7 @@ std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, c
   at::Tensor b = bias.to(at::kFloat).contiguous();  // (K) float32, as bias_gelu reads it
   if (reinterpret_cast<uintptr_t>(b.data_ptr()) % 16) b = b.clone();  // (K) the kernel reads it in 16-byte vectors
   at::Tensor q, s;
-  launch_bias_gelu_quantize_rows(params_with_outputs(x, q, s), b.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+  launch_bias_gelu_quantize_rows(params_with_outputs(x, q, s), b.data_ptr<float>(), fast_gelu, at::cuda::getCurrentCUDAStream().stream());
   return {q, s};
 }
 

@@ -15,11 +15,10 @@ bool quantize_rows_supported(const at::Tensor& x);
 std::pair<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x);
 // x as quantize_rows takes it, K within one block's registers (quantize_fp8_kernels.h), bias (K) on x's device
 bool bias_gelu_quantize_rows_supported(const at::Tensor& x, const at::Tensor& bias);
-// quantize_rows(bias_gelu(x, bias)) in one pass with GELU's sigmoid form (ops/cuda/gelu.cuh
-// gelu_tanh_fast): a byte differs from the two kernels' by at most one e4m3 step, where h rounds to
-// x's dtype differently (a small fraction; LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels):
-// {q (R, K), scale (R, 1)}
-std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, const at::Tensor& bias);
+// quantize_rows(bias_gelu(x, bias)) in one pass, equal to it bit for bit: {q (R, K), scale (R, 1)}.
+// fast_gelu: GELU's sigmoid form with the hardware's exp (ops/cuda/gelu.cuh gelu_tanh_fast), whose
+// bytes may differ where h rounds to x's dtype differently (LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels).
+std::pair<at::Tensor, at::Tensor> bias_gelu_quantize_rows(const at::Tensor& x, const at::Tensor& bias, bool fast_gelu = false);
 // the device has FP8 tensor cores that at::_scaled_mm uses with row-wise scales (sm_90 or newer)
 bool fp8_gemm_available(const c10::Device& device, std::string* why = nullptr);
 

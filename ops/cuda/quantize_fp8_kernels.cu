@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
   for (int v = lane; v < nvec; v += 32) {
     const uint4 raw = __ldg(xr + v);
     const T* e = reinterpret_cast<const T*>(&raw);
-    uint8_t out[V];
+    alignas(8) uint8_t out[V];  // read back as one word
 #pragma unroll
     for (int i = 0; i < V; ++i) out[i] = to_e4m3(to_f(e[i]), s);
     if constexpr (V == 8) {
@@ -64,14 +64,15 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
   }
 }
 
-// h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does (GELU in its
-// sigmoid form with the hardware's exp: ops/cuda/gelu.cuh gelu_tanh_fast). A block of
+// h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does; FAST takes
+// GELU's sigmoid form with the hardware's exp (ops/cuda/gelu.cuh gelu_tanh_fast) instead of the
+// accurate tanhf that bias_gelu uses, which FAST = false equals bit for bit. A block of
 // kRowThreads owns a row: each thread keeps up to NV 16-byte vectors of h in registers, the block
 // reduces max |h| (warp shuffles, then one value a warp through shared memory), and the threads
 // write their vectors' e4m3 bytes. One read of x and one fp8 write, against bias_gelu's read and
 // write of h plus quantize_rows' two reads of it.
 constexpr int kRowThreads = 128;
-template <typename T, int NV>
+template <typename T, int NV, bool FAST>
 __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(const T* __restrict__ x, const float* __restrict__ bias, int K,
                                                                             uint8_t* __restrict__ q, float* __restrict__ scale) {
   constexpr int V = 16 / int(sizeof(T));  // elements a vector
@@ -86,12 +87,16 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
     if (v < nvec) {
       const uint4 raw = __ldg(xr + v);
       const T* e = reinterpret_cast<const T*>(&raw);
-      float bv[V];  // the vector's V biases, 16-byte loads (K·4 bytes is a multiple of 16: the launcher checks)
+      float bv[V];  // the vector's V biases in 16-byte loads (the bias is 16-byte aligned: quantize_fp8.cpp)
 #pragma unroll
-      for (int i = 0; i < V; i += 4) *reinterpret_cast<float4*>(bv + i) = __ldg(reinterpret_cast<const float4*>(bias + v * V + i));
+      for (int i = 0; i < V; i += 4) {
+        const float4 b4 = __ldg(reinterpret_cast<const float4*>(bias + v * V + i));
+        bv[i] = b4.x, bv[i + 1] = b4.y, bv[i + 2] = b4.z, bv[i + 3] = b4.w;
+      }
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        h[j][i] = round_to<T>(nala::cuda_gelu::gelu_tanh_fast(to_f(e[i]) + bv[i]));
+        const float u = to_f(e[i]) + bv[i];
+        h[j][i] = round_to<T>(FAST ? nala::cuda_gelu::gelu_tanh_fast(u) : nala::cuda_gelu::gelu_tanh(u));
         amax = fmaxf(amax, fabsf(h[j][i]));
       }
     }
@@ -110,7 +115,7 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
   for (int j = 0; j < NV; ++j) {
     const int v = threadIdx.x + j * kRowThreads;
     if (v < nvec) {
-      uint8_t out[V];
+      alignas(8) uint8_t out[V];  // read back as one word
 #pragma unroll
       for (int i = 0; i < V; ++i) out[i] = to_e4m3(h[j][i], s);
       if constexpr (V == 8) {
@@ -123,20 +128,23 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
 }
 
 template <typename T, int NV>
-void launch_bias_gelu_typed(const QuantizeRowsParams& p, const float* bias, cudaStream_t st) {
-  bias_gelu_quantize_rows_kernel<T, NV><<<unsigned(p.R), kRowThreads, 0, st>>>(static_cast<const T*>(p.x), bias, p.K, p.q, p.scale);
+void launch_bias_gelu_typed(const QuantizeRowsParams& p, const float* bias, bool fast, cudaStream_t st) {
+  if (fast)
+    bias_gelu_quantize_rows_kernel<T, NV, true><<<unsigned(p.R), kRowThreads, 0, st>>>(static_cast<const T*>(p.x), bias, p.K, p.q, p.scale);
+  else
+    bias_gelu_quantize_rows_kernel<T, NV, false><<<unsigned(p.R), kRowThreads, 0, st>>>(static_cast<const T*>(p.x), bias, p.K, p.q, p.scale);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel bias_gelu_quantize_rows failed to launch: ") + cudaGetErrorString(e));
 }
 
 template <typename T>
-void launch_bias_gelu_by_width(const QuantizeRowsParams& p, const float* bias, cudaStream_t st) {
+void launch_bias_gelu_by_width(const QuantizeRowsParams& p, const float* bias, bool fast, cudaStream_t st) {
   const int per_thread = (p.K / (16 / int(sizeof(T))) + kRowThreads - 1) / kRowThreads;  // vectors a thread
-  if (per_thread <= 1) return launch_bias_gelu_typed<T, 1>(p, bias, st);
-  if (per_thread <= 2) return launch_bias_gelu_typed<T, 2>(p, bias, st);
-  if (per_thread <= 4) return launch_bias_gelu_typed<T, 4>(p, bias, st);
-  if (per_thread <= 6) return launch_bias_gelu_typed<T, 6>(p, bias, st);
-  if (per_thread <= 8) return launch_bias_gelu_typed<T, 8>(p, bias, st);
+  if (per_thread <= 1) return launch_bias_gelu_typed<T, 1>(p, bias, fast, st);
+  if (per_thread <= 2) return launch_bias_gelu_typed<T, 2>(p, bias, fast, st);
+  if (per_thread <= 4) return launch_bias_gelu_typed<T, 4>(p, bias, fast, st);
+  if (per_thread <= 6) return launch_bias_gelu_typed<T, 6>(p, bias, fast, st);
+  if (per_thread <= 8) return launch_bias_gelu_typed<T, 8>(p, bias, fast, st);
   throw std::runtime_error("bias_gelu_quantize_rows: rows of " + std::to_string(p.K) + " elements are too long for one block");
 }
 
@@ -150,14 +158,14 @@ void launch_typed(const QuantizeRowsParams& p, cudaStream_t st) {
 
 }  // namespace
 
-void launch_bias_gelu_quantize_rows(const QuantizeRowsParams& p, const float* bias, void* stream) {
+void launch_bias_gelu_quantize_rows(const QuantizeRowsParams& p, const float* bias, bool fast_gelu, void* stream) {
   if (p.R == 0) return;
   if (p.R > int64_t(2147483647)) throw std::runtime_error("bias_gelu_quantize_rows: " + std::to_string(p.R) + " rows are too many for one launch");
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   switch (p.dtype) {
-    case QuantizeRowsParams::Dtype::f32: launch_bias_gelu_by_width<float>(p, bias, st); break;
-    case QuantizeRowsParams::Dtype::bf16: launch_bias_gelu_by_width<__nv_bfloat16>(p, bias, st); break;
-    case QuantizeRowsParams::Dtype::f16: launch_bias_gelu_by_width<__half>(p, bias, st); break;
+    case QuantizeRowsParams::Dtype::f32: launch_bias_gelu_by_width<float>(p, bias, fast_gelu, st); break;
+    case QuantizeRowsParams::Dtype::bf16: launch_bias_gelu_by_width<__nv_bfloat16>(p, bias, fast_gelu, st); break;
+    case QuantizeRowsParams::Dtype::f16: launch_bias_gelu_by_width<__half>(p, bias, fast_gelu, st); break;
   }
 }
 
