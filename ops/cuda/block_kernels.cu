@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         o[j][e] = round_to<TO>(o[j][e]);
-        amax = fmaxf(amax, fabsf(o[j][e]));
+        amax = max_nan(amax, fabsf(o[j][e]));
       }
   const float s = row_scale(warp_max(amax));
   if (lane == 0) qscale[row] = s;

@@ -6,6 +6,8 @@
 // round_to<T> is T's round-to-nearest-even of a float, back in float: what storing v as T and
 // reading it again gives, so that a kernel quantizing values it never writes rounds them as a
 // kernel that writes them in T followed by quantize_rows would.
+// NaN propagates as in the ATen reference: a NaN in a row makes its amax and scale NaN and every
+// byte of the row NaN (fmaxf alone would drop it and write a finite row from a diverged model).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,10 +19,15 @@ namespace nala::cuda_fp8_rows {
 
 constexpr float kE4m3Max = 448.f;  // largest finite float8_e4m3fn
 
-__device__ __forceinline__ float row_scale(float amax) { return fmaxf(amax, 1e-12f) / kE4m3Max; }
+// max(a, b) that returns NaN when either is NaN, as torch's amax and clamp_min do (fmaxf returns the other)
+__device__ __forceinline__ float max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
 
+__device__ __forceinline__ float row_scale(float amax) { return max_nan(amax, 1e-12f) / kE4m3Max; }
+
+// clamp(v / s, ±448) then e4m3: the satfinite conversion clamps (|v / s| ≤ 448 but for rounding) and
+// keeps NaN NaN, where an explicit fminf/fmaxf clamp would turn NaN into −448
 __device__ __forceinline__ uint8_t to_e4m3(float v, float s) {
-  return __nv_cvt_float_to_fp8(fminf(fmaxf(v / s, -kE4m3Max), kE4m3Max), __NV_SATFINITE, __NV_E4M3);
+  return __nv_cvt_float_to_fp8(v / s, __NV_SATFINITE, __NV_E4M3);
 }
 
 template <typename T>
@@ -32,7 +39,7 @@ __device__ __forceinline__ float round_to<__half>(float v) { return __half2float
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 

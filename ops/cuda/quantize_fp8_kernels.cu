@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
     const uint4 raw = __ldg(xr + v);
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < V; ++i) amax = fmaxf(amax, fabsf(to_f(e[i])));
+    for (int i = 0; i < V; ++i) amax = max_nan(amax, fabsf(to_f(e[i])));
   }
   amax = warp_max(amax);
   const float s = row_scale(amax);
@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
       for (int i = 0; i < V; ++i) {
         const float u = to_f(e[i]) + bv[i];
         h[j][i] = round_to<T>(FAST ? nala::cuda_gelu::gelu_tanh_fast(u) : nala::cuda_gelu::gelu_tanh(u));
-        amax = fmaxf(amax, fabsf(h[j][i]));
+        amax = max_nan(amax, fabsf(h[j][i]));
       }
     }
   }
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
   __syncthreads();
   amax = warp_amax[0];
 #pragma unroll
-  for (int w = 1; w < kRowThreads / 32; ++w) amax = fmaxf(amax, warp_amax[w]);
+  for (int w = 1; w < kRowThreads / 32; ++w) amax = max_nan(amax, warp_amax[w]);
   const float s = row_scale(amax);
   if (threadIdx.x == 0) scale[row] = s;
   uint8_t* qr = q + row * K;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include <ATen/ATen.h>
@@ -54,6 +55,40 @@ TEST_F(LinearFp8Cuda, KernelEqualsAtenBitForBit) {
     }
   }
   EXPECT_FALSE(cuda::quantize_rows_supported(at::randn({4, 12}, at::kCUDA).to(at::kBFloat16)));  // 24-byte rows
+}
+
+// A NaN stays NaN through every kernel that writes e4m3 rows, as in the ATen reference: its row's
+// scale and every byte of the row are NaN, the other rows are the reference's bit for bit. (A plain
+// fmaxf clamp turned NaN into -448 and dropped it from the row's amax: a diverged model sampled finite.)
+TEST_F(LinearFp8Cuda, NanRowsStayNan) {
+  set_fused_block_ops(true);
+  const auto check = [](const at::Tensor& q, const at::Tensor& s, const Fp8Rows& ref, int64_t nan_row, const char* what) {
+    const at::Tensor qf = q.to(at::kFloat), rf = ref.q.to(at::kFloat);  // (R, K)
+    EXPECT_TRUE(qf[nan_row].isnan().all().item<bool>()) << what;
+    EXPECT_TRUE(s[nan_row].isnan().all().item<bool>()) << what;
+    EXPECT_TRUE(rf[nan_row].isnan().all().item<bool>()) << what << ": the reference no longer propagates NaN";
+    const at::Tensor keep = at::ones({q.size(0)}, at::kCUDA).to(at::kBool).index_put_({at::tensor({nan_row}, at::kLong).cuda()}, false);  // (R)
+    EXPECT_TRUE(at::equal(q.index({keep}).view(at::kByte), ref.q.index({keep}).view(at::kByte))) << what;
+    EXPECT_TRUE(at::equal(s.index({keep}), ref.scale.index({keep}))) << what;
+  };
+  for (auto dt : {at::kFloat, at::kBFloat16}) {
+    torch::manual_seed(3);
+    at::Tensor x = at::randn({6, 1152}, at::kCUDA).to(dt);  // (6, 1152)
+    x.index_put_({2, 700}, std::nan(""));
+    auto [q, s] = cuda::quantize_rows(x);
+    check(q, s, quantize_rows_fp8_reference(x), 2, "quantize_rows");
+    const at::Tensor b = at::randn({1152}, at::kCUDA);  // (1152)
+    auto [qg, sg] = cuda::bias_gelu_quantize_rows(x, b);
+    auto [qg2, sg2] = cuda::quantize_rows(bias_gelu(x, b).contiguous());
+    check(qg, sg, Fp8Rows{qg2, sg2}, 2, "bias_gelu_quantize_rows");
+  }
+  torch::manual_seed(4);
+  at::Tensor x = at::randn({2, 3, 384}, at::kCUDA).to(at::kBFloat16);  // (N, T, D)
+  x.index_put_({1, 0, 5}, std::nan(""));
+  const at::Tensor shift = at::randn({2, 384}, at::kCUDA), scale = at::randn({2, 384}, at::kCUDA);  // (N, D)
+  auto [q, s] = cuda::layer_norm_modulate_quantize(x, shift, scale, 1e-6, at::kBFloat16);  // (6, 384), (6, 1)
+  auto [q2, s2] = cuda::quantize_rows(layer_norm_modulate(x, shift, scale, 1e-6).reshape({-1, 384}).contiguous());
+  check(q, s, Fp8Rows{q2, s2}, 3, "layer_norm_modulate_quantize");
 }
 
 // How far two row quantizations of the same rows lie apart: the fraction of bytes that differ and
