@@ -68,6 +68,10 @@ at::Tensor Mlp::forward(const at::Tensor& x) {
   return ops::mlp(*fc1, *fc2, x);  // (N, T, D)
 }
 
+at::Tensor Mlp::forward_residual(const at::Tensor& x, const ops::ResidualGate& r) {
+  return ops::mlp(*fc1, *fc2, x, r);  // (N, T, D)
+}
+
 bool Mlp::takes_fp8_input() const { return ops::fp8_weight(fc1->weight) != nullptr && fc1->bias.defined(); }
 
 at::Tensor Mlp::forward_fp8(const ops::Fp8Input& x) {
@@ -100,9 +104,26 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
     return ops::gated_residual(h, m[5], mlp->forward_fp8(ops::layer_norm_modulate_fp8(h, m[3], m[4], eps)));  // (N, T, D)
   }
   const auto a = ops::layer_norm_modulate_residual(x, m[0], m[1], eps);                          // (N, T, D) ×2
-  const at::Tensor h = ops::gated_residual(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w));  // (N, T, D)
+  // the gated residuals through the mixer's and the MLP's last linear layer, whose GEMM may write them (ops/linear.h)
+  const at::Tensor h = attn->forward_residual(a.modulated, grid_h, grid_w, {a.residual, m[2]});   // (N, T, D)
   const auto b = ops::layer_norm_modulate_residual(h, m[3], m[4], eps);                          // (N, T, D) ×2
-  return ops::gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
+  return mlp->forward_residual(b.modulated, {b.residual, m[5]});                                 // (N, T, D)
+}
+
+DiTBlock::PendingResidual DiTBlock::forward_chained(const PendingResidual& in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
+  auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+  const double eps = norm1->options.eps();
+  if (ops::fp8_ln_fused() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
+    // FP8 sampling: each LayerNorm-modulate writes the e4m3 rows the next GEMM reads, as in forward
+    ops::ResidualAndFp8Input a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate_fp8(in.x, in.gate, in.y, m[0], m[1], eps)
+                                                   : ops::ResidualAndFp8Input{in.x, ops::layer_norm_modulate_fp8(in.x, m[0], m[1], eps)};
+    auto b = ops::gated_residual_layer_norm_modulate_fp8(a.residual, m[2], attn->forward_fp8(a.modulated, grid_h, grid_w), m[3], m[4], eps);
+    return {b.residual, m[5], mlp->forward_fp8(b.modulated)};  // (N, T, D), (N, D), (N, T, D)
+  }
+  const ops::ModulatedAndResidual a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps)
+                                                        : ops::layer_norm_modulate_residual(in.x, m[0], m[1], eps);  // (N, T, D) ×2
+  const auto b = ops::gated_residual_layer_norm_modulate(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w), m[3], m[4], eps);
+  return {b.residual, m[5], mlp->forward(b.modulated)};  // (N, T, D), (N, D), (N, T, D)
 }
 
 FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
@@ -114,6 +135,14 @@ FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
 at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
   auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
   return ops::linear(linear, ops::layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
+}
+
+at::Tensor FinalLayer::forward_chained(const DiTBlock::PendingResidual& in, const at::Tensor& c) {
+  auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
+  const double eps = norm_final->options.eps();
+  const at::Tensor a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps).modulated
+                                         : ops::layer_norm_modulate(in.x, m[0], m[1], eps);  // (N, T, D)
+  return ops::linear(linear, a);                                                           // (N, T, p·p·outC)
 }
 
 PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) {
@@ -177,8 +206,16 @@ at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tens
   const int64_t gh = c.grid(), gw = c.grid();
   at::Tensor h = x_embedder->forward(x) + pos_embed;                                   // (N, T, D)
   at::Tensor cond = t_embedder->forward(t) + y_embedder->forward(y, is_training(), force_drop);  // (N, D)
-  for (auto& b : *blocks) h = b->as<DiTBlock>()->forward(h, cond, gh, gw);           // (N, T, D)
-  at::Tensor out = unpatchify(final_layer->forward(h, cond), gh, gw);                // (N, outC, H, W)
+  at::Tensor out;
+  if (ops::residual_norm_fused() && !at::GradMode::is_enabled()) {
+    // sampling: each gated residual added with the LayerNorm-modulate after it (DiTBlock::forward_chained)
+    DiTBlock::PendingResidual p{h, {}, {}};
+    for (auto& b : *blocks) p = b->as<DiTBlock>()->forward_chained(p, cond, gh, gw);
+    out = unpatchify(final_layer->forward_chained(p, cond), gh, gw);                 // (N, outC, H, W)
+  } else {
+    for (auto& b : *blocks) h = b->as<DiTBlock>()->forward(h, cond, gh, gw);         // (N, T, D)
+    out = unpatchify(final_layer->forward(h, cond), gh, gw);                         // (N, outC, H, W)
+  }
   if (c.family == "SiT" && c.learn_sigma) out = out.narrow(1, 0, c.in_channels);     // SiT models.py:245-246
   return out;
 }

@@ -48,6 +48,8 @@ class Mlp : public torch::nn::Module {
  public:
   Mlp(int64_t dim, int64_t hidden);
   at::Tensor forward(const at::Tensor& x);  // fc1 -> GELU(tanh) -> fc2
+  // r.x + r.gate·forward(x), fc2's GEMM writing the sum where ops::mlp can (ops/mlp.h)
+  at::Tensor forward_residual(const at::Tensor& x, const ops::ResidualGate& r);
   // FP8 sampling with NALA_FP8_LN_FUSED=1: fc1 registered for FP8, and forward from the input's rows
   // (ops/linear_fp8.h Fp8Input), the same result as forward of the tensor they quantize
   bool takes_fp8_input() const;
@@ -59,6 +61,15 @@ class DiTBlock : public torch::nn::Module {
  public:
   DiTBlock(const ModelConfig& c);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w);  // (N, T, D), (N, D)
+  // A gated residual x + gate·y not yet added (gate undefined: x alone, before the first block).
+  struct PendingResidual {
+    at::Tensor x, gate, y;  // (N, T, D), (N, D), (N, T, D)
+  };
+  // Sampling with NALA_RESIDUAL_NORM_FUSED=1 (ops/fused_ops.h): forward of in.x + in.gate·in.y with
+  // that sum and each of the block's gated residuals added in one pass with the LayerNorm-modulate
+  // after it (ops::gated_residual_layer_norm_modulate); the block's last gated residual is returned
+  // pending, for the next block or the final layer. Bit for bit forward of the sum.
+  PendingResidual forward_chained(const PendingResidual& in, const at::Tensor& c, int64_t grid_h, int64_t grid_w);
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   std::shared_ptr<attention::TokenMixer> attn;
   std::shared_ptr<Mlp> mlp;
@@ -69,6 +80,8 @@ class FinalLayer : public torch::nn::Module {
  public:
   FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& c);
+  // forward of in.x + in.gate·in.y, the sum added in one pass with the LayerNorm-modulate (sampling)
+  at::Tensor forward_chained(const DiTBlock::PendingResidual& in, const at::Tensor& c);
   torch::nn::LayerNorm norm_final{nullptr};
   torch::nn::Linear linear{nullptr};
   torch::nn::Sequential adaLN_modulation{nullptr};

@@ -171,6 +171,21 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
   return GatedResidualFn::apply(x, gate, y);
 }
 
+ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
+                                                        const at::Tensor& scale, double eps) {
+  TORCH_CHECK(!at::GradMode::is_enabled() || !(x.requires_grad() || gate.requires_grad() || y.requires_grad() || shift.requires_grad() ||
+                                               scale.requires_grad()),
+              "gated_residual_layer_norm_modulate is for sampling: no gradient flows through it");
+#ifdef NALA_WITH_CUDA
+  if (fused_block_ops() && fused_result_dtype(x) == x.scalar_type() && cuda::residual_layer_norm_modulate_supported(x, y)) {
+    auto [res, out] = cuda::residual_layer_norm_modulate(x, gate, y, shift, scale, eps);  // (N, T, D) ×2
+    return {out, res};
+  }
+#endif
+  const at::Tensor h = gated_residual(x, gate, y);                   // (N, T, D)
+  return {layer_norm_modulate(h, shift, scale, eps), h};             // (N, T, D) ×2
+}
+
 }  // namespace nala::ops
 
 namespace nala::ops {

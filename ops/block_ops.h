@@ -26,6 +26,12 @@ struct ModulatedAndResidual {
 ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
 // The result has the type of x + gate·y (x's dtype for a float32 residual stream).
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
+// Sampling (no gradient flows through it): gated_residual(x, gate, y) and layer_norm_modulate of that
+// sum, {modulated, residual}: on CUDA with fused block ops, x and y of one dtype and no autocast, one
+// kernel that reads the sum from registers (ops/cuda/block_cuda.h residual_layer_norm_modulate), equal
+// bit for bit to the two operations, which run everywhere else.
+ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
+                                                        const at::Tensor& scale, double eps);
 
 // GELU_tanh(y + bias): fc1's bias joined to the activation, so that its backward also gives the
 // bias gradient (one pass instead of GELU backward + a column-sum reduction). The result has y's dtype.

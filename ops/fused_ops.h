@@ -47,6 +47,25 @@ void set_fp8_fast_gelu(bool on);
 // in the next linear, which it equals bit for bit by construction. Any other value is an error.
 bool fp8_ln_fused();
 void set_fp8_ln_fused(bool on);
+// Sampling in bf16/fp16: the DiT block's gated residual x + gate·(y Wᵀ + b) written by the GEMM of the
+// layer before it (attention's proj, the MLP's fc2) as one strided-batched cuBLASLt GEMM with the
+// per-sample gate as its alpha vector and x as its C (ops/linear.h linear with a ResidualGate;
+// ops/cuda/gemm_epilogue.h gemm_gated_residual), which spares the gated-residual kernel's pass
+// (3.9 ms of a 58.5 ms DiT-XL/2 bf16 sampling step on the H200, docs/benchmarks.md). Not bit for
+// bit the two operations (the layer's output is not rounded to bf16 before the sum). No gradient
+// flows through it: training keeps the two. NALA_GATED_RESIDUAL_GEMM=1 runs it, 0 (default, until its
+// GPU test and timing have run) keeps the GEMM and the gated-residual kernel. Any other value is an error.
+bool gated_residual_gemm();
+void set_gated_residual_gemm(bool on);
+// Sampling: each gated residual of the DiT blocks in one pass with the LayerNorm-modulate after it
+// (the block's second, the next block's first, the final layer's; ops/block_ops.h
+// gated_residual_layer_norm_modulate, with NALA_FP8_LN_FUSED=1 its e4m3 form in ops/linear_fp8.h;
+// models/dit.cpp DiTBlock::forward_chained), one read of the residual stream fewer a residual; bit
+// for bit the separate kernels. It takes precedence over NALA_GATED_RESIDUAL_GEMM for the blocks.
+// NALA_RESIDUAL_NORM_FUSED=1 runs it, 0 (default, until its GPU test and timing have run) does not.
+// Any other value is an error.
+bool residual_norm_fused();
+void set_residual_norm_fused(bool on);
 
 // How many tensors backward passes have recomputed so far (the attention's state, g, y or the
 // tail's u and y: one each time), so that tests can tell that a recomputation happened.

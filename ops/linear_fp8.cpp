@@ -175,6 +175,19 @@ Fp8Input layer_norm_modulate_fp8(const at::Tensor& x, const at::Tensor& shift, c
   return {quantize_rows_fp8(m.reshape({-1, m.size(-1)}).contiguous()), m.sizes().vec(), m.scalar_type()};  // (N·T, D) rows
 }
 
+ResidualAndFp8Input gated_residual_layer_norm_modulate_fp8(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
+                                                           const at::Tensor& scale, double eps) {
+#ifdef NALA_WITH_CUDA
+  if (x.is_cuda() && fused_block_ops() && fused_result_dtype(x) == x.scalar_type() && cuda::residual_layer_norm_modulate_supported(x, y)) {
+    ln_fp8_count.fetch_add(1, std::memory_order_relaxed);
+    auto [res, q, s] = cuda::residual_layer_norm_modulate_quantize(x, gate, y, shift, scale, eps);  // (N, T, D), (N·T, D), (N·T, 1)
+    return {res, {{q, s}, x.sizes().vec(), x.scalar_type()}};
+  }
+#endif
+  const at::Tensor h = gated_residual(x, gate, y);                 // (N, T, D)
+  return {h, layer_norm_modulate_fp8(h, shift, scale, eps)};
+}
+
 int64_t layer_norm_modulate_fp8_calls() { return ln_fp8_count.load(std::memory_order_relaxed); }
 
 int64_t use_fp8_linears(const std::vector<torch::nn::LinearImpl*>& layers) {

@@ -64,6 +64,15 @@ struct Fp8Input {
 // block_cuda.h layer_norm_modulate_quantize), equal to the composition bit for bit; elsewhere the
 // composition. x (N, T, D), shift and scale (N, D).
 Fp8Input layer_norm_modulate_fp8(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
+// gated_residual(x, gate, y) and layer_norm_modulate_fp8 of that sum (ops/block_ops.h
+// gated_residual_layer_norm_modulate): on CUDA one kernel (ops/cuda/block_cuda.h
+// residual_layer_norm_modulate_quantize), bit for bit the composition, which runs elsewhere.
+struct ResidualAndFp8Input {
+  at::Tensor residual;
+  Fp8Input modulated;
+};
+ResidualAndFp8Input gated_residual_layer_norm_modulate_fp8(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
+                                                           const at::Tensor& scale, double eps);
 // how many times layer_norm_modulate_fp8 has run in this process (tests: that a block took it)
 int64_t layer_norm_modulate_fp8_calls();
 // linear_fp8 of an input already quantized: (…, out) in x.dtype, what linear_fp8 of the tensor gives

@@ -189,6 +189,62 @@ std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dou
   return {dy, sum_chunks(dg)};
 }
 
+bool residual_layer_norm_modulate_supported(const at::Tensor& x, const at::Tensor& y) {
+  DType a;
+  return x.is_cuda() && y.is_cuda() && x.dim() == 3 && x.sizes() == y.sizes() && x.numel() > 0 && x.scalar_type() == y.scalar_type() &&
+         kernel_dtype(x.scalar_type(), a) && residual_layer_norm_modulate_supported(a, int(x.size(2)));
+}
+
+namespace {
+// the kernel's parameters for x, y and the per-sample vectors; res allocated; out or q set by the caller
+ResidualNormParams residual_norm_params(const at::Tensor& x, const at::Tensor& y, const at::Tensor& g, const at::Tensor& sh, const at::Tensor& sc,
+                                        const at::Tensor& res, double eps) {
+  ResidualNormParams p;
+  p.s = shape_of(x);
+  p.eps = float(eps);
+  p.type = dtype_of(x);
+  p.x = x.data_ptr();
+  p.y = y.data_ptr();
+  p.gate = g.data_ptr<float>();
+  p.shift = sh.data_ptr<float>();
+  p.scale = sc.data_ptr<float>();
+  p.res = res.data_ptr();
+  return p;
+}
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> residual_layer_norm_modulate(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in,
+                                                               const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  TORCH_CHECK(residual_layer_norm_modulate_supported(x_in, y_in), "residual_layer_norm_modulate: the kernel does not take x ", x_in.sizes(), " ",
+              x_in.scalar_type(), " and y ", y_in.sizes(), " ", y_in.scalar_type());
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in), y = rows(y_in);
+  const at::Tensor g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  at::Tensor res = at::empty_like(x), out = at::empty_like(x);  // (N, T, D) ×2
+  ResidualNormParams p = residual_norm_params(x, y, g, sh, sc, res, eps);
+  p.out = out.data_ptr();
+  launch_residual_layer_norm_modulate(p, stream());
+  return {res, out};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in,
+                                                                                     const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  TORCH_CHECK(residual_layer_norm_modulate_supported(x_in, y_in), "residual_layer_norm_modulate_quantize: the kernel does not take x ", x_in.sizes(),
+              " ", x_in.scalar_type(), " and y ", y_in.sizes(), " ", y_in.scalar_type());
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in), y = rows(y_in);
+  const at::Tensor g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  const int64_t R = x.size(0) * x.size(1), D = x.size(2);
+  at::Tensor res = at::empty_like(x);                                              // (N, T, D)
+  at::Tensor q = at::empty({R, D}, x.options().dtype(at::kFloat8_e4m3fn));         // (N·T, D)
+  at::Tensor s = at::empty({R, 1}, x.options().dtype(at::kFloat));                 // (N·T, 1)
+  ResidualNormParams p = residual_norm_params(x, y, g, sh, sc, res, eps);
+  p.q = static_cast<uint8_t*>(q.data_ptr());
+  p.qscale = s.data_ptr<float>();
+  launch_residual_layer_norm_modulate(p, stream());
+  return {res, q, s};
+}
+
 bool bias_gelu_supported(const at::Tensor& y) {
   DType a;
   return y.is_cuda() && y.dim() >= 1 && y.numel() > 0 && y.size(-1) % 4 == 0 && kernel_dtype(y.scalar_type(), a);

@@ -29,6 +29,16 @@ at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, c
 // Returns dy (y's dtype) and dgate (N, D) float32.
 std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y);
 
+// Sampling: the gated residual and the LayerNorm-modulate after it in one pass, x, y (N, T, D) of
+// one dtype, gate, shift, scale (N, D): {res = x + gate·y, out = LayerNorm(res)·(1 + scale) + shift}
+// in x's dtype, bit for bit gated_residual_forward then layer_norm_modulate_forward; the _quantize form
+// gives {res, q (N·T, D) float8_e4m3fn, scale (N·T, 1) float32} for out, as layer_norm_modulate_quantize.
+bool residual_layer_norm_modulate_supported(const at::Tensor& x, const at::Tensor& y);
+std::pair<at::Tensor, at::Tensor> residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y,
+                                                               const at::Tensor& shift, const at::Tensor& scale, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y,
+                                                                                     const at::Tensor& shift, const at::Tensor& scale, double eps);
+
 bool bias_gelu_supported(const at::Tensor& y);
 // y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.
 at::Tensor bias_gelu_forward(const at::Tensor& y, const at::Tensor& bias);

@@ -41,23 +41,16 @@ __device__ __forceinline__ void write_partial(const float* sm, float* part, int6
 }
 
 // ---- LayerNorm + modulate ----
-// One warp's row: o = (x − μ)·r·(1 + scale) + shift in float registers (lane holds channels
-// 4·(lane + 32j) … +3), μ and r = 1/√(var + eps) of the row. Shared by the forward, which stores o,
-// and the FP8 forward, which quantizes it: the same float o in both.
-template <typename TX, int NV>
-__device__ __forceinline__ void ln_modulate_row(const TX* __restrict__ x, const float* __restrict__ shift, const float* __restrict__ scale,
-                                                int64_t row, int64_t n, int D, float eps, int lane, float (&o)[NV][4], float& mean,
-                                                float& rstd) {
+// One warp's row already in float registers o (lane holds channels 4·(lane + 32j) … +3), in place:
+// o = (o − μ)·r·(1 + scale) + shift, μ and r = 1/√(var + eps) of the row.
+template <int NV>
+__device__ __forceinline__ void modulate_row(float (&o)[NV][4], const float* __restrict__ shift, const float* __restrict__ scale, int64_t n,
+                                             int D, float eps, int lane, float& mean, float& rstd) {
   const int D4 = D / 4;
   float s = 0;
 #pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = lane + 32 * j;
-    if (c < D4) {
-      load4(x + row * D + 4 * c, o[j]);
-      s += o[j][0] + o[j][1] + o[j][2] + o[j][3];
-    }
-  }
+  for (int j = 0; j < NV; ++j)
+    if (lane + 32 * j < D4) s += o[j][0] + o[j][1] + o[j][2] + o[j][3];
   mean = warp_sum(s) / float(D);
   float q = 0;
 #pragma unroll
@@ -82,39 +75,34 @@ __device__ __forceinline__ void ln_modulate_row(const TX* __restrict__ x, const 
   }
 }
 
-template <typename TX, typename TO, int NV>
-__global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
-                                                                 const float* __restrict__ scale, TO* __restrict__ out,
-                                                                 float* __restrict__ mean_out, float* __restrict__ rstd_out,
-                                                                 int64_t rows, int64_t T, int D, float eps) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  float o[NV][4], mean, rstd;
-  ln_modulate_row<TX, NV>(x, shift, scale, row, row / T, D, eps, lane, o, mean, rstd);
+// The row of x loaded and modulated (modulate_row): shared by the forward, which stores o, and the
+// FP8 forward, which quantizes it: the same float o in both.
+template <typename TX, int NV>
+__device__ __forceinline__ void ln_modulate_row(const TX* __restrict__ x, const float* __restrict__ shift, const float* __restrict__ scale,
+                                                int64_t row, int64_t n, int D, float eps, int lane, float (&o)[NV][4], float& mean,
+                                                float& rstd) {
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D / 4) load4(x + row * D + 4 * c, o[j]);
+  }
+  modulate_row<NV>(o, shift, scale, n, D, eps, lane, mean, rstd);
+}
+
+template <typename TO, int NV>
+__device__ __forceinline__ void store_row(TO* __restrict__ out, const float (&o)[NV][4], int64_t row, int D, int lane) {
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int c = lane + 32 * j;
     if (c < D / 4) store4(out + row * D + 4 * c, o[j]);
   }
-  if (mean_out && lane == 0) {
-    mean_out[row] = mean;
-    rstd_out[row] = rstd;
-  }
 }
 
-// FP8 sampling: o rounded to TO (what ln_modulate_fwd would store) and quantized row by row to e4m3
-// for the next GEMM (ops/cuda/fp8_rows.cuh), without writing o: the bytes and scales of
-// quantize_rows(ln_modulate(x)) bit for bit, one read of x and one e4m3 write.
-template <typename TX, typename TO, int NV>
-__global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
-                                                                          const float* __restrict__ scale, uint8_t* __restrict__ q,
-                                                                          float* __restrict__ qscale, int64_t rows, int64_t T, int D, float eps) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  float o[NV][4], mean, rstd;
-  ln_modulate_row<TX, NV>(x, shift, scale, row, row / T, D, eps, lane, o, mean, rstd);
+// FP8 sampling: o rounded to TO (what storing it in TO would keep) and quantized to e4m3 for the next
+// GEMM (ops/cuda/fp8_rows.cuh): the bytes and scale quantize_rows gives the row stored in TO.
+template <typename TO, int NV>
+__device__ __forceinline__ void store_row_e4m3(uint8_t* __restrict__ q, float* __restrict__ qscale, float (&o)[NV][4], int64_t row, int D,
+                                               int lane) {
   float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < NV; ++j)
@@ -136,6 +124,72 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX
       *reinterpret_cast<uint32_t*>(q + row * D + 4 * c) = *reinterpret_cast<const uint32_t*>(b);
     }
   }
+}
+
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
+                                                                 const float* __restrict__ scale, TO* __restrict__ out,
+                                                                 float* __restrict__ mean_out, float* __restrict__ rstd_out,
+                                                                 int64_t rows, int64_t T, int D, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float o[NV][4], mean, rstd;
+  ln_modulate_row<TX, NV>(x, shift, scale, row, row / T, D, eps, lane, o, mean, rstd);
+  store_row<TO, NV>(out, o, row, D, lane);
+  if (mean_out && lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// FP8 sampling: the bytes and scales of quantize_rows(ln_modulate(x)) bit for bit, one read of x and
+// one e4m3 write (o never written in TO).
+template <typename TX, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
+                                                                          const float* __restrict__ scale, uint8_t* __restrict__ q,
+                                                                          float* __restrict__ qscale, int64_t rows, int64_t T, int D, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float o[NV][4], mean, rstd;
+  ln_modulate_row<TX, NV>(x, shift, scale, row, row / T, D, eps, lane, o, mean, rstd);
+  store_row_e4m3<TO, NV>(q, qscale, o, row, D, lane);
+}
+
+// Sampling: the gated residual r = x + gate·y (stored in T, as gated_residual_fwd computes and rounds
+// it) and the next LayerNorm-modulate of r in the same pass, from r's rounded values in registers:
+// out (or, with q, its e4m3 rows) bit for bit what gated_residual_fwd then ln_modulate_fwd (then
+// quantize_rows) give, with one read of r fewer.
+template <typename T, int NV, bool QUANT>
+__global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T* __restrict__ x, const T* __restrict__ y, const float* __restrict__ gate,
+                                                                          const float* __restrict__ shift, const float* __restrict__ scale,
+                                                                          T* __restrict__ res, T* __restrict__ out, uint8_t* __restrict__ q,
+                                                                          float* __restrict__ qscale, int64_t rows, int64_t tokens, int D, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int64_t n = row / tokens;
+  float o[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D / 4) {
+      float a[4], b[4], g[4];
+      load4(x + row * D + 4 * c, a);
+      load4(y + row * D + 4 * c, b);
+      load4(gate + n * D + 4 * c, g);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a[e] += g[e] * b[e];  // gated_residual_fwd's arithmetic
+      store4(res + row * D + 4 * c, a);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = round_to<T>(a[e]);  // what ln_modulate_fwd would read back
+    }
+  }
+  float mean, rstd;
+  modulate_row<NV>(o, shift, scale, n, D, eps, lane, mean, rstd);
+  if constexpr (QUANT) store_row_e4m3<T, NV>(q, qscale, o, row, D, lane);
+  else store_row<T, NV>(out, o, row, D, lane);
 }
 
 // x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
@@ -417,6 +471,28 @@ void launch_layer_norm_modulate_quantize(const LayerNormModulateParams& p, uint8
     });
   });
   check_launch("layer_norm_modulate_quantize");
+}
+
+bool residual_layer_norm_modulate_supported(DType t, int D) { return D % 4 == 0 && lane_vectors(D) > 0 && (t == DType::F32 || t == DType::BF16 || t == DType::F16); }
+
+void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stream) {
+  const int64_t rows = p.s.N * p.s.T;
+  const dim3 grid(unsigned((rows + kWarps - 1) / kWarps));
+  with_type(p.type, [&](auto tt) {
+    using T = typename decltype(tt)::T;
+    with_nv(p.s.D, [&](auto nv) {
+      constexpr int NV = decltype(nv)::value;
+      const auto x = static_cast<const T*>(p.x), y = static_cast<const T*>(p.y);
+      const auto res = static_cast<T*>(p.res);
+      if (p.q)
+        residual_ln_modulate_fwd<T, NV, true><<<grid, kWarps * 32, 0, cudaStream_t(stream)>>>(x, y, p.gate, p.shift, p.scale, res, nullptr, p.q,
+                                                                                               p.qscale, rows, p.s.T, p.s.D, p.eps);
+      else
+        residual_ln_modulate_fwd<T, NV, false><<<grid, kWarps * 32, 0, cudaStream_t(stream)>>>(
+            x, y, p.gate, p.shift, p.scale, res, static_cast<T*>(p.out), nullptr, nullptr, rows, p.s.T, p.s.D, p.eps);
+    });
+  });
+  check_launch("gated_residual + layer_norm_modulate");
 }
 
 void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream) {

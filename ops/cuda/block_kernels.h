@@ -53,6 +53,24 @@ struct GatedResidualParams {
   float* dgate_part = nullptr;
 };
 
+// Sampling: res = x + gate · y and out = LayerNorm(res) · (1 + scale) + shift in one pass (the gated
+// residual and the LayerNorm-modulate after it), x, y, res, out of one type; with q set, out's e4m3
+// rows (q (rows, D) bytes, qscale (rows,) float32, as launch_layer_norm_modulate_quantize) instead of out.
+struct ResidualNormParams {
+  RowShape s;
+  float eps = 1e-6f;
+  DType type = DType::BF16;
+  const void* x = nullptr;
+  const void* y = nullptr;
+  const float* gate = nullptr;
+  const float* shift = nullptr;
+  const float* scale = nullptr;
+  void* res = nullptr;
+  void* out = nullptr;
+  uint8_t* q = nullptr;
+  float* qscale = nullptr;
+};
+
 // out = GELU_tanh(y + bias)   (fc1 of the MLP, DiT models.py uses nn.GELU(approximate="tanh"))
 struct BiasGeluParams {
   int64_t rows = 0;  // y viewed as (rows, F)
@@ -79,6 +97,8 @@ void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void*
 // FP8 sampling: the forward's out (rounded to out_type, not written) quantized row by row to e4m3
 // for the next GEMM (ops/linear_fp8.h): q (rows, D) bytes, qscale (rows,) float32; p.out, mean, rstd unused.
 void launch_layer_norm_modulate_quantize(const LayerNormModulateParams& p, uint8_t* q, float* qscale, void* stream);
+bool residual_layer_norm_modulate_supported(DType t, int D);
+void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stream);
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
 void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);
 void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream);

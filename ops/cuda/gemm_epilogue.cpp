@@ -1,5 +1,6 @@
 #include "ops/cuda/gemm_epilogue.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,25 @@ void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& 
   check(cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof(v)), what);
 }
 
+// Runs the GEMM that `desc` describes (op, layouts a, b and d, d also C's) with the first algorithm
+// cuBLASLt's heuristic offers; false, and nothing run, where it offers none.
+bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, const void* B, const void* C, void* D, const char* name) {
+  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
+  void* ws = at::cuda::getCUDABlasLtWorkspace();
+  check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)), "workspace");
+  cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, &heur, &found);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  check(st, "heuristic");
+  check(cublasLtMatmul(handle, desc.op, alpha, A, desc.a, B, desc.b, beta, C, desc.d, D, desc.d, &heur.algo, ws, ws_size,
+                       at::cuda::getCurrentCUDAStream().stream()),
+        name);
+  return true;
+}
+
 // Column-major cuBLASLt terms: D (m, n), ld m, = op(A) (m, k) · B (k, n), with the epilogue set on
 // `desc.op` by the caller; A stored (k, m) with ld k when transposed, else (m, k) with ld m; B (k, n)
 // with ld k. A row-major (R, C) matrix is a column-major (C, R) one with ld C.
@@ -49,19 +69,16 @@ void run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType
   check(trans_a ? cublasLtMatrixLayoutCreate(&desc.a, dt, k, m, k) : cublasLtMatrixLayoutCreate(&desc.a, dt, m, k, m), "layout A");
   check(cublasLtMatrixLayoutCreate(&desc.b, dt, k, n, k), "layout B");
   check(cublasLtMatrixLayoutCreate(&desc.d, dt, m, n, m), "layout D");
-  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  void* ws = at::cuda::getCUDABlasLtWorkspace();
-  check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
-  check(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)), "workspace");
-  cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, &heur, &found), "heuristic");
-  TORCH_CHECK(found > 0, name, ": cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " with this epilogue");
   const float alpha = 1.f, beta = 0.f;
-  check(cublasLtMatmul(handle, desc.op, &alpha, A, desc.a, B, desc.b, &beta, D, desc.d, D, desc.d, &heur.algo, ws, ws_size,
-                       at::cuda::getCurrentCUDAStream().stream()),
-        name);
+  TORCH_CHECK(launch(desc, &alpha, &beta, A, B, D, D, name), name, ": cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k,
+              " with this epilogue");
+}
+
+// a layout of `batch` matrices `stride` elements apart (stride 0: one matrix shared by all)
+void set_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
+  const int32_t count = int32_t(batch);
+  check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch count");
+  check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "batch stride");
 }
 
 bool rows16(const at::Tensor& t) { return t.size(-1) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
@@ -110,6 +127,52 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
   run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu");
   return dy;
+}
+
+bool gemm_gated_residual_supported(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r) {
+  if (!x.is_cuda() || x.dim() != 3 || r.dim() != 3 || w.dim() != 2 || !x.is_contiguous() || !w.is_contiguous() || !r.is_contiguous()) return false;
+  if (x.scalar_type() != w.scalar_type() || r.scalar_type() != x.scalar_type() || (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf))
+    return false;
+  if (r.size(0) != x.size(0) || r.size(1) != x.size(1) || r.size(2) != w.size(0) || x.size(2) != w.size(1)) return false;
+  return x.numel() > 0 && x.size(0) <= INT32_MAX && rows16(x) && rows16(w) && rows16(r);
+}
+
+at::Tensor gemm_gated_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& r, const at::Tensor& gate,
+                               bool bias_scaled) {
+  TORCH_CHECK(gemm_gated_residual_supported(x, w, r) && b.dim() == 1 && b.size(0) == w.size(0) && gate.dim() == 2 &&
+                  gate.size(0) == x.size(0) && gate.size(1) == w.size(0),
+              "gemm_gated_residual: input ", x.sizes(), " ", x.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), ", bias ", b.sizes(),
+              ", residual ", r.sizes(), " ", r.scalar_type(), " and gate ", gate.sizes(),
+              " do not fit (contiguous CUDA bf16/fp16, x (B, T, K), w (M, K), residual (B, T, M), gate (B, M), K and M multiples of 8)");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t B = x.size(0), T = x.size(1), K = x.size(2), M = w.size(0);
+  const at::Tensor alpha = gate.to(at::kFloat).contiguous();                                       // (B, M) one alpha vector a sample
+  const at::Tensor bf = b.to(at::kFloat);                                                          // (M)
+  const at::Tensor bias = (bias_scaled ? alpha * bf : bf.expand({B, M})).to(x.scalar_type()).contiguous();  // (B, M) gate ⊙ b
+  at::Tensor out = at::empty_like(r);                                                              // (B, T, M)
+  Desc desc;
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const int32_t mode = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST;
+  set(desc.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, mode, "pointer mode");
+  set(desc.op, CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE, M, "alpha vector batch stride");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "epilogue");
+  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr(), "bias pointer");
+  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, M, "bias batch stride");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
+  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
+  // column-major, per sample: outᵀ (M, T) = wᵀ-stored (K, M) transposed · xᵀ (K, T), C = rᵀ (M, T)
+  const cudaDataType_t dt = cuda_dtype(x.scalar_type());
+  check(cublasLtMatrixLayoutCreate(&desc.a, dt, K, M, K), "layout A");
+  check(cublasLtMatrixLayoutCreate(&desc.b, dt, K, T, K), "layout B");
+  check(cublasLtMatrixLayoutCreate(&desc.d, dt, M, T, M), "layout C, D");
+  set_batch(desc.a, B, 0);
+  set_batch(desc.b, B, T * K);
+  set_batch(desc.d, B, T * M);
+  const float beta = 1.f;
+  if (!launch(desc, alpha.data_ptr<float>(), &beta, w.data_ptr(), x.data_ptr(), r.data_ptr(), out.data_ptr(), "gemm_gated_residual"))
+    return at::Tensor();
+  return out;
 }
 
 }  // namespace nala::ops::cuda

@@ -241,3 +241,42 @@ TEST_F(BlockKernels, SamplingMlpGeluInTheGemmEpilogue) {
     else EXPECT_LE(e, 2 * ec + 4e-3);
   }
 }
+
+// Sampling's gated residual + LayerNorm-modulate in one pass (NALA_RESIDUAL_NORM_FUSED=1) against the
+// two kernels it replaces, gated_residual then layer_norm_modulate, bit for bit: the residual and the
+// modulated rows (and, in e4m3, the bytes and scales quantize_rows gives them); every dtype, the DiT
+// widths, a narrow one, a ragged token count, the adaLN chunks as strided views. Then a bf16 DiT
+// forward chained that way against the blocks one after another, bit for bit, softmax and NaLa.
+TEST_F(BlockKernels, ResidualLayerNormModulateEqualsTheTwoKernels) {
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 256, 384}, {3, 17, 1152}, {1, 5, 72}, {128, 256, 1152}}) {
+      torch::manual_seed(N * T + D);
+      const at::Tensor x = (at::randn({N, T, D}, at::kCUDA) * 2 + 0.5).to(dt), y = at::randn({N, T, D}, at::kCUDA).to(dt);  // (N, T, D)
+      const auto m = (at::randn({N, 3 * D}, at::kCUDA) * 0.5).chunk(3, 1);  // gate, shift, scale: (N, D) strided views
+      ASSERT_TRUE(cuda::residual_layer_norm_modulate_supported(x, y)) << dt << " " << D;
+      const auto [res, out] = cuda::residual_layer_norm_modulate(x, m[0], y, m[1], m[2], 1e-6);
+      const at::Tensor res2 = cuda::gated_residual_forward(x, m[0], y);                                           // (N, T, D)
+      const at::Tensor out2 = std::get<0>(cuda::layer_norm_modulate_forward(res2, m[1], m[2], 1e-6, dt, false));  // (N, T, D)
+      EXPECT_TRUE(at::equal(res, res2)) << dt << " " << N << "x" << T << "x" << D;
+      EXPECT_TRUE(at::equal(out, out2)) << dt << " " << N << "x" << T << "x" << D;
+      const auto [res_q, q, s] = cuda::residual_layer_norm_modulate_quantize(x, m[0], y, m[1], m[2], 1e-6);
+      const auto [q2, s2] = cuda::layer_norm_modulate_quantize(res2, m[1], m[2], 1e-6, dt);
+      EXPECT_TRUE(at::equal(res_q, res2)) << dt << " " << N << "x" << T << "x" << D;
+      EXPECT_TRUE(at::equal(q.view(at::kByte), q2.view(at::kByte))) << dt << " " << N << "x" << T << "x" << D;
+      EXPECT_TRUE(at::equal(s, s2)) << dt << " " << N << "x" << T << "x" << D;
+    }
+  }
+  EXPECT_FALSE(cuda::residual_layer_norm_modulate_supported(at::randn({1, 4, 64}, at::kCUDA), at::randn({1, 4, 64}, at::kCUDA).to(at::kBFloat16)));
+  for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
+    auto [model, x32, t, y] = nala::test::perturbed_dit(name);
+    torch::NoGradGuard ng;
+    model->to(at::kBFloat16);
+    const at::Tensor x = x32.to(at::kBFloat16);
+    set_residual_norm_fused(false);
+    const at::Tensor blocks = model->forward(x, t, y);
+    set_residual_norm_fused(true);
+    const at::Tensor chained = model->forward(x, t, y);
+    set_residual_norm_fused(false);
+    EXPECT_TRUE(at::equal(chained, blocks)) << name << ": max |difference| " << (chained - blocks).abs().max().item<double>();
+  }
+}

@@ -214,16 +214,11 @@ TEST_F(LinearFp8Cuda, LayerNormModulateQuantizeEqualsTheTwoKernels) {
 TEST_F(LinearFp8Cuda, DitLayerNormQuantizedInputEqualsTheUnfusedForward) {
   set_fused_block_ops(true);
   for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
-    auto cfg = nala::models::model_config(name);
-    cfg.input_size = 32;
-    torch::manual_seed(0);
-    auto model = std::make_shared<nala::models::DiT>(cfg);
+    auto [model, x32, t, y] = nala::test::perturbed_dit(name);
+    const auto& cfg = model->config();
     torch::NoGradGuard ng;
-    for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.02);  // adaLN and the head start at zero
-    model->to(at::kCUDA, at::kBFloat16);
-    model->eval();
-    const auto ids = at::TensorOptions().device(at::kCUDA).dtype(at::kLong);
-    const at::Tensor x = at::randn({8, 4, 32, 32}, at::kCUDA).to(at::kBFloat16), t = at::randint(0, 1000, {8}, ids), y = at::randint(0, 1000, {8}, ids);
+    model->to(at::kBFloat16);
+    const at::Tensor x = x32.to(at::kBFloat16);
     ASSERT_EQ(model->use_fp8_linears(), 12 * 4 + 1) << name;
     const bool was = fp8_ln_fused();
     set_fp8_ln_fused(false);

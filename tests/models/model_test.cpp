@@ -165,16 +165,27 @@ TEST(DiT, GuidanceModes) {
 // of the modulated tensor. The oracle is the unfused forward, which quantizes that tensor in the
 // linear layers: the same rows, GEMMs and kernels after them, so the two must agree bit for bit, for
 // softmax and NaLa blocks, with every block taking the path (two calls a block).
+namespace {
+// A DiT of `name` at 16 px (4 × 4 tokens) with `depth` blocks and every parameter moved by
+// N(0, 0.05²) off its initialisation (adaLN and the head start at zero, which would hide them), in eval mode.
+std::shared_ptr<DiT> perturbed_dit(const char* name, int64_t depth, uint64_t seed) {
+  auto cfg = model_config(name);
+  cfg.input_size = 16;
+  cfg.depth = depth;
+  torch::manual_seed(seed);
+  auto model = std::make_shared<DiT>(cfg);
+  torch::NoGradGuard ng;
+  for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.05);
+  model->eval();
+  return model;
+}
+}  // namespace
+
 TEST(DiT, Fp8LayerNormQuantizedInputEqualsTheUnfusedForward) {
   for (const char* name : {"DiT-S/4", "NaLaDiT-S/4"}) {
-    auto cfg = model_config(name);
-    cfg.input_size = 16;  // 4 × 4 tokens
-    cfg.depth = 2;
-    torch::manual_seed(7);
-    auto model = std::make_shared<DiT>(cfg);
+    auto model = perturbed_dit(name, 2, 7);
+    const auto& cfg = model->config();
     torch::NoGradGuard ng;
-    for (auto& p : model->parameters()) p.add_(at::randn_like(p) * 0.05);  // adaLN and the head start at zero: make them act
-    model->eval();
     const at::Tensor x = at::randn({2, 4, 16, 16}), t = at::tensor({10.0, 900.0}), y = at::tensor({int64_t(3), int64_t(1000)});  // one null label
     ASSERT_EQ(model->use_fp8_linears(), 2 * 4 + 1) << name;
     nala::ops::set_fp8_ln_fused(false);
@@ -192,5 +203,72 @@ TEST(DiT, Fp8LayerNormQuantizedInputEqualsTheUnfusedForward) {
     const double err = ((fused - exact).norm() / exact.norm()).item<double>();
     EXPECT_GT(err, 1e-4) << name;
     EXPECT_LT(err, 0.1) << name;
+  }
+}
+
+// The DiT block's gated residuals now go through the mixer's and the MLP's last linear layer
+// (TokenMixer::forward_residual, Mlp::forward_residual, ops/linear.h ResidualGate): a block against
+// the plain formula of DiT models.py:115-119 written here with ATen ops and the mixer's and MLP's own
+// forward, softmax and NaLa, with NALA_GATED_RESIDUAL_GEMM on and off (on the CPU both compose), with
+// and without gradients.
+TEST(DiT, BlockIsTheGatedResidualFormula) {
+  for (const char* name : {"DiT-S/4", "NaLaDiT-S/4"}) {
+    auto model = perturbed_dit(name, 1, 3);
+    const auto& cfg = model->config();
+    auto& block = *model->blocks[0]->as<DiTBlock>();
+    const int64_t D = cfg.hidden;
+    const at::Tensor x = at::randn({2, 16, D}), c = at::randn({2, D});  // (N, T, D), (N, D)
+    const auto ln = [&](const at::Tensor& v, const at::Tensor& shift, const at::Tensor& scale) {
+      return at::layer_norm(v, {D}, {}, {}, 1e-6) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);  // (N, T, D)
+    };
+    for (bool grad : {false, true}) {
+      torch::AutoGradMode mode(grad);
+      const auto m = block.adaLN_modulation->forward(c).chunk(6, 1);                                       // 6 × (N, D)
+      const at::Tensor h = x + m[2].unsqueeze(1) * block.attn->forward(ln(x, m[0], m[1]), 4, 4);          // (N, T, D)
+      const at::Tensor want = h + m[5].unsqueeze(1) * block.mlp->forward(ln(h, m[3], m[4]));              // (N, T, D)
+      for (bool gemm : {false, true}) {
+        nala::ops::set_gated_residual_gemm(gemm);
+        const at::Tensor got = block.forward(x, c, 4, 4);  // (N, T, D)
+        EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << name << " grad " << grad << " gemm " << gemm << ": max |difference| "
+                                                         << (got - want).abs().max().item<double>();
+        EXPECT_EQ(got.requires_grad(), grad) << name;
+      }
+      nala::ops::set_gated_residual_gemm(false);
+    }
+  }
+}
+
+// Sampling with each gated residual added in one pass with the LayerNorm-modulate after it
+// (NALA_RESIDUAL_NORM_FUSED=1, DiTBlock::forward_chained): the forward equal bit for bit to the one
+// block after another, softmax and NaLa, in float32 and with the FP8 linears and LayerNorm-quantize
+// (NALA_FP8_LN_FUSED=1); with gradients on it is forward as before.
+TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
+  for (const char* name : {"DiT-S/4", "NaLaDiT-S/4"}) {
+    auto model = perturbed_dit(name, 3, 5);
+    const auto& cfg = model->config();
+    const at::Tensor x = at::randn({2, 4, 16, 16}), t = at::tensor({10.0, 900.0}), y = at::tensor({int64_t(3), int64_t(1000)});
+    for (bool fp8 : {false, true}) {
+      torch::NoGradGuard ng;
+      if (fp8) {
+        ASSERT_EQ(model->use_fp8_linears(), 3 * 4 + 1) << name;
+        nala::ops::set_fp8_ln_fused(true);
+      }
+      nala::ops::set_residual_norm_fused(false);
+      const at::Tensor blocks = model->forward(x, t, y);  // (2, 8, 16, 16)
+      const int64_t calls0 = nala::ops::layer_norm_modulate_fp8_calls();
+      nala::ops::set_residual_norm_fused(true);
+      const at::Tensor chained = model->forward(x, t, y);
+      nala::ops::set_residual_norm_fused(false);
+      if (fp8) EXPECT_EQ(nala::ops::layer_norm_modulate_fp8_calls() - calls0, 2 * cfg.depth) << name;
+      EXPECT_TRUE(at::equal(chained, blocks)) << name << " fp8 " << fp8 << ": max |difference| " << (chained - blocks).abs().max().item<double>();
+      nala::ops::set_fp8_ln_fused(false);
+      nala::ops::clear_fp8_linears();
+    }
+    // with gradients the switch changes nothing: the blocks run forward
+    nala::ops::set_residual_norm_fused(true);
+    const at::Tensor trained = model->forward(x, t, y);
+    nala::ops::set_residual_norm_fused(false);
+    EXPECT_TRUE(trained.requires_grad());
+    EXPECT_TRUE(at::equal(trained.detach(), model->forward(x, t, y).detach())) << name;
   }
 }
