@@ -3,7 +3,15 @@
 # background (setsid: it outlives the device call) and returns once its trainings run, so the CUDA
 # tests and smoke can run beside it in the same call (the curves time nothing). MODELS is a
 # comma-separated list; the official trainers are written official+MODEL (device_build.sh splits a
-# step's arguments at ':'); other settings (steps, lr, extra flags) need curves.sh itself.
+# step's arguments at ':'); CURVES_STEPS, CURVES_LR, CURVES_EVERY and CURVES_TRAIN_FLAGS (extra
+# `nala train` flags, split at spaces) change curves.sh's 6,000 steps, lr 1e-3, a checkpoint every
+# 1,000 and none; curves.sh's own CURVES_* settings pass through. The equal-GPU-time run at 4,096
+# tokens (docs/experiments.md, one model alone on the GPU, 15 minutes of training, then ≈ 8
+# evaluations of 2,000 samples; batch 64: 256 would not fit at 4,096 tokens):
+#   CURVES_DIR=build-device/curves-4k CURVES_STEPS=100000 CURVES_EVERY=500 CURVES_BATCH=64 CURVES_SAMPLES=2000 \
+#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_TRAIN_FLAGS="--image-size 128 --max-minutes 15" \
+#     bash scripts/device_build.sh prebuilt curves-start:0:DiT-S/2
+# and polls with the same CURVES_DIR.
 #   bash scripts/device_build.sh prebuilt curves-start:SEED:SiT-S/2,NaLaSiT-S/2 tests smoke; \
 #     bash scripts/device_steps/curves-poll.sh $OUT SEED $((585-SECONDS))
 # then curves-poll.sh calls back to back (the run lives on the machine: a call that comes after the
@@ -18,7 +26,9 @@ if curves_running; then echo "curves already running on this machine (build-devi
 w=${CURVES_DIR:-$root/build-device/curves}
 rm -f "$w/started-s$seed" "$w/failed-s$seed"   # a previous run's
 mkdir -p build-device/curves-out
-setsid nohup bash scripts/device_steps/curves.sh build-device/curves-out 6000 "$seed" "$models" > build-device/curves.log 2>&1 < /dev/null &
+read -r -a train_flags <<< "${CURVES_TRAIN_FLAGS:-}"
+setsid nohup bash scripts/device_steps/curves.sh build-device/curves-out "${CURVES_STEPS:-6000}" "$seed" "$models" "${CURVES_LR:-1e-3}" \
+  "${CURVES_EVERY:-1000}" "${train_flags[@]}" > build-device/curves.log 2>&1 < /dev/null &
 # curves.sh writes failed-sSEED when a training dies at its start, started-sSEED when none did (after
 # a 20 s check, and on a machine without the committed classifier, after training one)
 t0=$SECONDS
