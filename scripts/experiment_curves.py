@@ -19,7 +19,9 @@ plot: reads RUN/metrics.jsonl (images seen, steps per second of each logging win
 seconds are the sum of the windows' step times) and RUN/evals/*.json; writes fd_vs_images.png,
 fd_vs_seconds.png, metrics_vs_images.png and table.md to --out. Runs whose directory names differ
 only by a trailing seed suffix (-s1, -s2, ...) are one model: the table gives their mean and half
-their range.
+their range; steps.md gives FD-FMNIST at every checkpoint all of a model's seeds reached (mean, min,
+max over the seeds), and where a model has two seeds or more fd_seeds_vs_images.png draws each
+model's mean curve with its min-max band.
 """
 import argparse
 import json
@@ -169,6 +171,43 @@ def plot(args):
     curve_plot("images_seen", "images seen", METRICS[:1], out / "fd_vs_images.png")
     curve_plot("train_seconds", "training seconds (GPU)", METRICS[:1], out / "fd_vs_seconds.png")
     curve_plot("images_seen", "images seen", METRICS, out / "metrics_vs_images.png")
+
+    # FD-FMNIST at every checkpoint that all of a model's seeds reached: mean, min, max over the seeds
+    def seed_points(members, mode):
+        per = [{p["step"]: p for p in c[mode]} for _, c in members if mode in c]
+        steps = sorted(set.intersection(*(set(d) for d in per)))
+        return [(step, [d[step] for d in per]) for step in steps]
+
+    by_model = {lab: [(r, c) for r, c in runs.items() if model_label(r) == lab] for lab in labels}
+    lines = ["| model | mode | step | images seen | seeds | FD-FMNIST mean | min | max |", "|---|---|---|---|---|---|---|---|"]
+    for lab, members in by_model.items():
+        for mode in sorted({m for _, c in members for m in c}):
+            for step, pts in seed_points(members, mode):
+                fd = [p["fd_fmnist"] for p in pts]
+                lines.append(f"| {lab} | {mode} | {step} | {pts[0]['images_seen']} | {len(fd)} | {sum(fd) / len(fd):.3f} | {min(fd):.3f} | {max(fd):.3f} |")
+    (out / "steps.md").write_text("\n".join(lines) + "\n")
+    if any(len(m) > 1 for m in by_model.values()):
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for lab, members in by_model.items():
+            for mode in sorted({m for _, c in members for m in c}):
+                pts = seed_points(members, mode)
+                if len(pts) < 2:
+                    continue   # a one-checkpoint mode (unguided-fp8) is not a curve
+                x = [p[0]["images_seen"] for _, p in pts]
+                fd = [[q["fd_fmnist"] for q in p] for _, p in pts]
+                ax.plot(x, [sum(v) / len(v) for v in fd], styles.get(mode, "--"), marker="o", ms=3, color=colors[lab],
+                        label=f"{lab} ({mode}, {len(fd[0])} seeds)")
+                ax.fill_between(x, [min(v) for v in fd], [max(v) for v in fd], color=colors[lab], alpha=0.15, lw=0)
+        ax.set_yscale("log")
+        ax.set_xlabel("images seen")
+        ax.set_ylabel("FD-FMNIST (mean over seeds; band: min to max)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        if args.title:
+            ax.set_title(args.title)
+        fig.tight_layout()
+        fig.savefig(out / "fd_seeds_vs_images.png", dpi=120)
+        plt.close(fig)
 
     # the final table: the last evaluation of each run, grouped by model (seeds), mean ± half range
     rows = ["| model | mode | seeds | step | " + " | ".join(n for _, n in METRICS) + " |",

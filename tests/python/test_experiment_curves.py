@@ -93,6 +93,13 @@ def test_plot_curves_seconds_and_seed_table(runs, tmp):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "2" and cells[3] == "2"
     assert cells[4] == f"{sum(finals) / 2:.3f} ± {abs(finals[0] - finals[1]) / 2:.3f}"
+    # every checkpoint both seeds reached: the mean, min and max of their FD-FMNIST (one here, step 2)
+    steps = (out / "steps.md").read_text().splitlines()
+    row = next(line for line in steps if line.startswith("| flow | unguided | 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4:] == ["2", f"{sum(finals) / 2:.3f}", f"{min(finals):.3f}", f"{max(finals):.3f}"]
+    assert [line.split("|")[3].strip() for line in steps if line.startswith("| ddpm | unguided |")] == ["2", "4"]
+    assert (out / "fd_seeds_vs_images.png").stat().st_size > 5000
     ddpm = next(line for line in table.splitlines() if line.startswith("| ddpm | cfg2 |"))
     assert "±" not in ddpm and ddpm.split("|")[3].strip() == "1" and ddpm.split("|")[4].strip() == "4"
     # training seconds at step 4: the windows' step counts over their rates, summed (independently here)
