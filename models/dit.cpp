@@ -111,6 +111,7 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
 }
 
 DiTBlock::PendingResidual DiTBlock::forward_chained(const PendingResidual& in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
+  TORCH_CHECK(!at::GradMode::is_enabled(), "DiTBlock::forward_chained is for sampling: call it with gradients off");
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   const double eps = norm1->options.eps();
   if (ops::fp8_ln_fused() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {

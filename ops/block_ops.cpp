@@ -1,5 +1,7 @@
 #include "ops/block_ops.h"
 
+#include <atomic>
+
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -171,6 +173,12 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
   return GatedResidualFn::apply(x, gate, y);
 }
 
+namespace {
+std::atomic<int64_t> residual_norm_kernel_count{0};
+}  // namespace
+
+int64_t residual_layer_norm_modulate_kernel_calls() { return residual_norm_kernel_count.load(std::memory_order_relaxed); }
+
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                                                         const at::Tensor& scale, double eps) {
   TORCH_CHECK(!at::GradMode::is_enabled() || !(x.requires_grad() || gate.requires_grad() || y.requires_grad() || shift.requires_grad() ||
@@ -179,6 +187,7 @@ ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, con
 #ifdef NALA_WITH_CUDA
   if (fused_block_ops() && fused_result_dtype(x) == x.scalar_type() && cuda::residual_layer_norm_modulate_supported(x, y)) {
     auto [res, out] = cuda::residual_layer_norm_modulate(x, gate, y, shift, scale, eps);  // (N, T, D) ×2
+    residual_norm_kernel_count.fetch_add(1, std::memory_order_relaxed);
     return {out, res};
   }
 #endif

@@ -32,6 +32,8 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
 // bit for bit to the two operations, which run everywhere else.
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                                                         const at::Tensor& scale, double eps);
+// how many times it has run its one kernel in this process (tests: that the blocks took it)
+int64_t residual_layer_norm_modulate_kernel_calls();
 
 // GELU_tanh(y + bias): fc1's bias joined to the activation, so that its backward also gives the
 // bias gradient (one pass instead of GELU backward + a column-sum reduction). The result has y's dtype.

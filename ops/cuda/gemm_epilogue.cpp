@@ -39,22 +39,42 @@ void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& 
   check(cublasLtMatmulDescSetAttribute(op, attr, &v, sizeof(v)), what);
 }
 
+// The alignment cuBLASLt may assume of an operand: the largest power of two up to 256 (its default
+// assumption) that divides the address and, for a batch, the stride between the matrices in bytes.
+uint32_t alignment(const void* p, int64_t stride_bytes = 0) {
+  uint32_t a = 256;
+  while (a > 1 && (reinterpret_cast<uintptr_t>(p) % a != 0 || stride_bytes % a != 0)) a /= 2;
+  return a;
+}
+
 // Runs the GEMM that `desc` describes (op, layouts a, b and d, d also C's) with the first algorithm
-// cuBLASLt's heuristic offers; false, and nothing run, where it offers none.
-bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, const void* B, const void* C, void* D, const char* name) {
+// cuBLASLt's heuristic offers for operands of the given alignments (A, B, C, D); false, and nothing
+// run, where it offers none. With `optional` any refusal of cuBLASLt's (the heuristic's or the
+// matmul's status) is a false, not an error: the caller has another way.
+bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, const void* B, const void* C, void* D, const char* name,
+            const std::array<uint32_t, 4>& align, bool optional = false) {
   const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
   void* ws = at::cuda::getCUDABlasLtWorkspace();
   check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
   check(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)), "workspace");
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    check(cublasLtMatmulPreferenceSetAttribute(desc.pref, align_attr[i], &align[i], sizeof(align[i])), "alignment");
   cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, &heur, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0) || (optional && st != CUBLAS_STATUS_SUCCESS)) return false;
   check(st, "heuristic");
-  check(cublasLtMatmul(handle, desc.op, alpha, A, desc.a, B, desc.b, beta, C, desc.d, D, desc.d, &heur.algo, ws, ws_size,
-                       at::cuda::getCurrentCUDAStream().stream()),
-        name);
+  const cublasStatus_t run_st = cublasLtMatmul(handle, desc.op, alpha, A, desc.a, B, desc.b, beta, C, desc.d, D, desc.d, &heur.algo, ws, ws_size,
+                                               at::cuda::getCurrentCUDAStream().stream());
+  if (optional && run_st != CUBLAS_STATUS_SUCCESS) {
+    TORCH_WARN_ONCE(name, ": cuBLASLt refused the GEMM (status ", int(run_st), "); using the composed operations");
+    return false;
+  }
+  check(run_st, name);
   return true;
 }
 
@@ -70,8 +90,8 @@ void run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType
   check(cublasLtMatrixLayoutCreate(&desc.b, dt, k, n, k), "layout B");
   check(cublasLtMatrixLayoutCreate(&desc.d, dt, m, n, m), "layout D");
   const float alpha = 1.f, beta = 0.f;
-  TORCH_CHECK(launch(desc, &alpha, &beta, A, B, D, D, name), name, ": cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k,
-              " with this epilogue");
+  TORCH_CHECK(launch(desc, &alpha, &beta, A, B, D, D, name, {alignment(A), alignment(B), alignment(D), alignment(D)}), name,
+              ": cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " with this epilogue");
 }
 
 // a layout of `batch` matrices `stride` elements apart (stride 0: one matrix shared by all)
@@ -130,7 +150,8 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
 }
 
 bool gemm_gated_residual_supported(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r) {
-  if (!x.is_cuda() || x.dim() != 3 || r.dim() != 3 || w.dim() != 2 || !x.is_contiguous() || !w.is_contiguous() || !r.is_contiguous()) return false;
+  if (!x.is_cuda() || !w.is_cuda() || !r.is_cuda() || w.device() != x.device() || r.device() != x.device()) return false;
+  if (x.dim() != 3 || r.dim() != 3 || w.dim() != 2 || !x.is_contiguous() || !w.is_contiguous() || !r.is_contiguous()) return false;
   if (x.scalar_type() != w.scalar_type() || r.scalar_type() != x.scalar_type() || (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf))
     return false;
   if (r.size(0) != x.size(0) || r.size(1) != x.size(1) || r.size(2) != w.size(0) || x.size(2) != w.size(1)) return false;
@@ -170,7 +191,11 @@ at::Tensor gemm_gated_residual(const at::Tensor& x, const at::Tensor& w, const a
   set_batch(desc.b, B, T * K);
   set_batch(desc.d, B, T * M);
   const float beta = 1.f;
-  if (!launch(desc, alpha.data_ptr<float>(), &beta, w.data_ptr(), x.data_ptr(), r.data_ptr(), out.data_ptr(), "gemm_gated_residual"))
+  const int64_t es = int64_t(x.element_size());
+  const std::array<uint32_t, 4> align = {alignment(w.data_ptr()), alignment(x.data_ptr(), T * K * es), alignment(r.data_ptr(), T * M * es),
+                                         alignment(out.data_ptr(), T * M * es)};
+  if (!launch(desc, alpha.data_ptr<float>(), &beta, w.data_ptr(), x.data_ptr(), r.data_ptr(), out.data_ptr(), "gemm_gated_residual", align,
+              /*optional=*/true))
     return at::Tensor();
   return out;
 }

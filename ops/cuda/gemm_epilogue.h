@@ -31,7 +31,8 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
 // x (B, T, K), w (M, K), r (B, T, M): CUDA, one dtype (bf16 or fp16), contiguous, K and M multiples of 8
 bool gemm_gated_residual_supported(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r);
 // r + gate ⊙ (x wᵀ + b), (B, T, M) in x's dtype, for b (M) and gate (B, M) of any float type; an
-// undefined tensor where cuBLASLt offers no algorithm (the caller composes the two operations).
+// undefined tensor where cuBLASLt offers no algorithm or refuses the call (the caller composes the
+// two operations; a warning says so once).
 // cuBLASLt adds the bias after alpha scales the product, so the bias passed is gate ⊙ b;
 // bias_scaled = false passes b itself (for the GPU test that checks which one cuBLASLt does).
 at::Tensor gemm_gated_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& r, const at::Tensor& gate,

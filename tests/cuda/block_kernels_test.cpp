@@ -274,9 +274,12 @@ TEST_F(BlockKernels, ResidualLayerNormModulateEqualsTheTwoKernels) {
     const at::Tensor x = x32.to(at::kBFloat16);
     set_residual_norm_fused(false);
     const at::Tensor blocks = model->forward(x, t, y);
+    const int64_t calls0 = residual_layer_norm_modulate_kernel_calls();
     set_residual_norm_fused(true);
     const at::Tensor chained = model->forward(x, t, y);
     set_residual_norm_fused(false);
+    // the kernel ran for every gated residual (the first block's first LayerNorm has none before it, the final layer's adds the last): 2 · depth
+    EXPECT_EQ(residual_layer_norm_modulate_kernel_calls() - calls0, 2 * model->config().depth) << name;
     EXPECT_TRUE(at::equal(chained, blocks)) << name << ": max |difference| " << (chained - blocks).abs().max().item<double>();
   }
 }

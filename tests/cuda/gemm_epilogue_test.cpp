@@ -33,6 +33,8 @@ class GemmEpilogue : public ::testing::Test {
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
     at::globalContext().setAllowTF32CuBLAS(false);
+    ops::set_fused_block_ops(true);
+    ops::set_residual_norm_fused(false);  // the blocks one after another, each through its GEMMs
   }
   void TearDown() override {  // the defaults
     ops::set_gemm_epilogues(true);

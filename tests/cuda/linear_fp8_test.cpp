@@ -226,9 +226,17 @@ TEST_F(LinearFp8Cuda, DitLayerNormQuantizedInputEqualsTheUnfusedForward) {
     const int64_t calls0 = layer_norm_modulate_fp8_calls();
     set_fp8_ln_fused(true);
     const at::Tensor fused = model->forward(x, t, y);
-    set_fp8_ln_fused(was);
     EXPECT_EQ(layer_norm_modulate_fp8_calls() - calls0, 2 * cfg.depth) << name;
     EXPECT_TRUE(at::equal(fused, unfused)) << name;
+    // and with each gated residual in the LayerNorm-quantize after it (NALA_RESIDUAL_NORM_FUSED=1):
+    // the same bits, every block's two e4m3 inputs from the joined kernels
+    const int64_t calls1 = layer_norm_modulate_fp8_calls();
+    set_residual_norm_fused(true);
+    const at::Tensor chained = model->forward(x, t, y);
+    set_residual_norm_fused(false);
+    set_fp8_ln_fused(was);
+    EXPECT_EQ(layer_norm_modulate_fp8_calls() - calls1, 2 * cfg.depth) << name;
+    EXPECT_TRUE(at::equal(chained, unfused)) << name << ": max |difference| " << (chained - unfused).abs().max().item<double>();
     clear_fp8_linears();
   }
 }
