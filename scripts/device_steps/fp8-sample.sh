@@ -17,6 +17,13 @@ bench() { run $n bench sample --models "$1" --batch 64 --measure 8 --dtypes fp8 
   grep -E "^\[  (PASSED|FAILED)|Failure|linear_fp8|bias_gelu_quantize|forward vs|gated residual" "$out/.fp8_tests.log"
   rm -f "$out/.fp8_tests.log"
   echo
+  echo "cuBLASLt per-row alpha (the gated-residual GEMM's pointer mode), bench/cublaslt_probe.cu, against torch's cuBLASLt:"
+  lt=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2> /dev/null)
+  nv=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  if $nv -O2 -std=c++17 bench/cublaslt_probe.cu -lcublasLt -o build-device/cublaslt_probe; then
+    LD_LIBRARY_PATH=$lt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ./build-device/cublaslt_probe
+  else echo "FAILED: cublaslt_probe did not compile"; fi
+  echo
   run $n bench sample --models DiT-XL/2,NaLaDiT-XL/2 --batch 64 --measure 8 --dtypes bf16,fp8 --cuda-graphs both
   echo
   echo "NALA_FP8_MLP_FUSED=0 (fc1's bias-GELU and fc2's row quantization as two kernels, not ops/linear_fp8.h mlp_fp8):"
