@@ -4,7 +4,6 @@
 
 #include "attention/feature_maps.h"
 #include "attention/gated_tail.h"
-#include "ops/block_ops.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
 #include "attention/nala_attention.h"
@@ -23,17 +22,8 @@ at::Tensor TokenMixer::forward_fp8(const ops::Fp8Input&, int64_t, int64_t) {
   TORCH_CHECK(false, "this token mixer does not take an FP8 input (takes_fp8_input() is false)");
 }
 
-at::Tensor TokenMixer::forward_residual(const at::Tensor& x, int64_t grid_h, int64_t grid_w, const ops::ResidualGate& r) {
-  const at::Tensor y = forward(x, grid_h, grid_w);              // (B, N, D)
-  return r.defined() ? ops::gated_residual(r.x, r.gate, y) : y;  // (B, N, D)
-}
-
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
   return attend_projected(ops::linear(qkv, x), x.size(0), x.size(1), x.size(2));  // (B, N, D)
-}
-
-at::Tensor SoftmaxAttention::forward_residual(const at::Tensor& x, int64_t, int64_t, const ops::ResidualGate& r) {
-  return attend_projected(ops::linear(qkv, x), x.size(0), x.size(1), x.size(2), r);  // (B, N, D)
 }
 
 bool SoftmaxAttention::takes_fp8_input() const { return ops::fp8_weight(qkv->weight) != nullptr; }
@@ -45,12 +35,12 @@ at::Tensor SoftmaxAttention::forward_fp8(const ops::Fp8Input& x, int64_t, int64_
   return attend_projected(ops::linear_fp8(x, *w, qkv->bias), x.shape[0], x.shape[1], x.shape[2]);  // (B, N, D)
 }
 
-at::Tensor SoftmaxAttention::attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D, const ops::ResidualGate& r) {
+at::Tensor SoftmaxAttention::attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D) {
   const int64_t d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h)
   const auto t = ops::split_heads(qkv_out.view({B, N, 3, heads_, d}));                              // 3 × (B, N, H, d)
   at::Tensor o = softmax_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2));  // (B, H, N, d)
-  return ops::linear(proj, o.transpose(1, 2).reshape({B, N, D}), r);                        // (B, N, D)
+  return ops::linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
 }
 
 GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNalaConfig& cfg) : heads_(heads), cfg_(cfg) {
@@ -67,18 +57,9 @@ GatedNalaAttention::GatedNalaAttention(int64_t dim, int64_t heads, const GatedNa
 at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
   const int64_t B = x.size(0), N = x.size(1), D = x.size(2);
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
-  if (x.is_cuda() && recomputes()) return forward_recomputing(x, grid_h, grid_w);
+  if (x.is_cuda() && ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad())
+    return forward_recomputing(x, grid_h, grid_w);
   return mix_projected(ops::linear(qkvg, x), B, N, D, grid_h, grid_w);  // (B, N, D)
-}
-
-bool GatedNalaAttention::recomputes() const {
-  return ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad();
-}
-
-at::Tensor GatedNalaAttention::forward_residual(const at::Tensor& x, int64_t grid_h, int64_t grid_w, const ops::ResidualGate& r) {
-  if (x.is_cuda() && recomputes()) return TokenMixer::forward_residual(x, grid_h, grid_w, r);  // (B, N, D)
-  TORCH_CHECK(x.size(1) == grid_h * grid_w, "GatedNalaAttention: ", x.size(1), " tokens do not fill a ", grid_h, "x", grid_w, " grid");
-  return mix_projected(ops::linear(qkvg, x), x.size(0), x.size(1), x.size(2), grid_h, grid_w, r);  // (B, N, D)
 }
 
 bool GatedNalaAttention::takes_fp8_input() const { return ops::fp8_weight(qkvg->weight) != nullptr; }
@@ -91,8 +72,7 @@ at::Tensor GatedNalaAttention::forward_fp8(const ops::Fp8Input& x, int64_t grid_
   return mix_projected(ops::linear_fp8(x, *w, qkvg->bias), x.shape[0], x.shape[1], x.shape[2], grid_h, grid_w);  // (B, N, D)
 }
 
-at::Tensor GatedNalaAttention::mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w,
-                                             const ops::ResidualGate& r) {
+at::Tensor GatedNalaAttention::mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w) {
   const int64_t d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h), v's
   // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
@@ -105,7 +85,7 @@ at::Tensor GatedNalaAttention::mix_projected(const at::Tensor& qkvg_out, int64_t
   // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
   at::Tensor y = gated_tail(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,
                             norm->bias, grid_h, grid_w, norm->options.eps());  // (B, N, D)
-  return ops::linear(proj, y, r);                                             // (B, N, D)
+  return ops::linear(proj, y);                                                // (B, N, D)
 }
 
 at::Tensor GatedNalaAttention::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t grid_h, int64_t grid_w) {

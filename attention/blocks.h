@@ -14,7 +14,6 @@
 
 #include "attention/nala_options.h"
 #include "attention/nala_rope.h"
-#include "ops/linear.h"
 #include "ops/linear_fp8.h"
 
 namespace nala::attention {
@@ -28,9 +27,6 @@ class TokenMixer : public torch::nn::Module {
   // Fp8Input), and that forward: the same result as forward of the tensor the rows quantize.
   virtual bool takes_fp8_input() const { return false; }
   virtual at::Tensor forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w);  // (B·N, D) rows -> (B, N, D)
-  // r.x + r.gate·forward(x) (the DiT block's gated residual, ops/linear.h ResidualGate): the output
-  // projection's GEMM may write the sum (ops::linear with r); this default adds it after forward
-  virtual at::Tensor forward_residual(const at::Tensor& x, int64_t grid_h, int64_t grid_w, const ops::ResidualGate& r);  // (B, N, D)
 };
 
 class SoftmaxAttention : public TokenMixer {
@@ -39,12 +35,10 @@ class SoftmaxAttention : public TokenMixer {
   at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
   bool takes_fp8_input() const override;
   at::Tensor forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w) override;
-  at::Tensor forward_residual(const at::Tensor& x, int64_t grid_h, int64_t grid_w, const ops::ResidualGate& r) override;
   torch::nn::Linear qkv{nullptr}, proj{nullptr};
 
  private:
-  // (B, N, 3D) -> (B, N, D); with r, r.x + r.gate·that through proj (ops::linear with r)
-  at::Tensor attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D, const ops::ResidualGate& r = {});
+  at::Tensor attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D);  // (B, N, 3D) -> (B, N, D)
   int64_t heads_;
 };
 
@@ -60,7 +54,6 @@ class GatedNalaAttention : public TokenMixer {
   at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) override;
   bool takes_fp8_input() const override;
   at::Tensor forward_fp8(const ops::Fp8Input& x, int64_t grid_h, int64_t grid_w) override;
-  at::Tensor forward_residual(const at::Tensor& x, int64_t grid_h, int64_t grid_w, const ops::ResidualGate& r) override;
   // What forward runs when training on CUDA with NALA_RECOMPUTE=1 (ops/fused_ops.h): q, k, v from a
   // GEMM of qkvg's first 3·D rows, then the attention, the gate's rows, LePE, LayerNorm, gate and
   // proj as one operation that keeps only q, k, v and x (attention/gated_tail.h
@@ -73,10 +66,7 @@ class GatedNalaAttention : public TokenMixer {
 
  private:
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t grid_h, int64_t grid_w);
-  // (B, N, 4D) -> (B, N, D); with r, r.x + r.gate·that through proj (ops::linear with r)
-  at::Tensor mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w,
-                           const ops::ResidualGate& r = {});
-  bool recomputes() const;  // whether forward takes forward_recomputing
+  at::Tensor mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w);  // (B, N, 4D) -> (B, N, D)
   int64_t heads_;
   GatedNalaConfig cfg_;
 };

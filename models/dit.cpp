@@ -68,10 +68,6 @@ at::Tensor Mlp::forward(const at::Tensor& x) {
   return ops::mlp(*fc1, *fc2, x);  // (N, T, D)
 }
 
-at::Tensor Mlp::forward_residual(const at::Tensor& x, const ops::ResidualGate& r) {
-  return ops::mlp(*fc1, *fc2, x, r);  // (N, T, D)
-}
-
 bool Mlp::takes_fp8_input() const { return ops::fp8_weight(fc1->weight) != nullptr && fc1->bias.defined(); }
 
 at::Tensor Mlp::forward_fp8(const ops::Fp8Input& x) {
@@ -104,10 +100,9 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
     return ops::gated_residual(h, m[5], mlp->forward_fp8(ops::layer_norm_modulate_fp8(h, m[3], m[4], eps)));  // (N, T, D)
   }
   const auto a = ops::layer_norm_modulate_residual(x, m[0], m[1], eps);                          // (N, T, D) ×2
-  // the gated residuals through the mixer's and the MLP's last linear layer, whose GEMM may write them (ops/linear.h)
-  const at::Tensor h = attn->forward_residual(a.modulated, grid_h, grid_w, {a.residual, m[2]});   // (N, T, D)
+  const at::Tensor h = ops::gated_residual(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w));  // (N, T, D)
   const auto b = ops::layer_norm_modulate_residual(h, m[3], m[4], eps);                          // (N, T, D) ×2
-  return mlp->forward_residual(b.modulated, {b.residual, m[5]});                                 // (N, T, D)
+  return ops::gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
 }
 
 DiTBlock::PendingResidual DiTBlock::forward_chained(const PendingResidual& in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {

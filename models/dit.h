@@ -48,8 +48,6 @@ class Mlp : public torch::nn::Module {
  public:
   Mlp(int64_t dim, int64_t hidden);
   at::Tensor forward(const at::Tensor& x);  // fc1 -> GELU(tanh) -> fc2
-  // r.x + r.gate·forward(x), fc2's GEMM writing the sum where ops::mlp can (ops/mlp.h)
-  at::Tensor forward_residual(const at::Tensor& x, const ops::ResidualGate& r);
   // FP8 sampling with NALA_FP8_LN_FUSED=1: fc1 registered for FP8, and forward from the input's rows
   // (ops/linear_fp8.h Fp8Input), the same result as forward of the tensor they quantize
   bool takes_fp8_input() const;

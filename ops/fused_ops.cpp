@@ -16,7 +16,6 @@ std::atomic<int> g_recompute{-1};
 std::atomic<int> g_fp8_mlp{-1};
 std::atomic<int> g_fp8_ln{-1};
 std::atomic<int> g_fp8_gelu{-1};
-std::atomic<int> g_residual_gemm{-1};
 std::atomic<int> g_residual_norm{-1};
 std::atomic<int64_t> g_recomputations{0};
 
@@ -50,13 +49,11 @@ bool recompute_saved() { return read_switch(g_recompute, "NALA_RECOMPUTE", 0); }
 void set_recompute_saved(bool on) { g_recompute = on ? 1 : 0; }
 bool fp8_mlp_fused() { return read_switch(g_fp8_mlp, "NALA_FP8_MLP_FUSED", 1); }
 void set_fp8_mlp_fused(bool on) { g_fp8_mlp = on ? 1 : 0; }
-bool fp8_ln_fused() { return read_switch(g_fp8_ln, "NALA_FP8_LN_FUSED", 0); }
+bool fp8_ln_fused() { return read_switch(g_fp8_ln, "NALA_FP8_LN_FUSED", 1); }
 void set_fp8_ln_fused(bool on) { g_fp8_ln = on ? 1 : 0; }
-bool fp8_fast_gelu() { return read_switch(g_fp8_gelu, "NALA_FP8_FAST_GELU", 0); }
+bool fp8_fast_gelu() { return read_switch(g_fp8_gelu, "NALA_FP8_FAST_GELU", 1); }
 void set_fp8_fast_gelu(bool on) { g_fp8_gelu = on ? 1 : 0; }
-bool gated_residual_gemm() { return read_switch(g_residual_gemm, "NALA_GATED_RESIDUAL_GEMM", 0); }
-void set_gated_residual_gemm(bool on) { g_residual_gemm = on ? 1 : 0; }
-bool residual_norm_fused() { return read_switch(g_residual_norm, "NALA_RESIDUAL_NORM_FUSED", 0); }
+bool residual_norm_fused() { return read_switch(g_residual_norm, "NALA_RESIDUAL_NORM_FUSED", 1); }
 void set_residual_norm_fused(bool on) { g_residual_norm = on ? 1 : 0; }
 
 int64_t recomputations() { return g_recomputations.load(); }

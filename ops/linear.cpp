@@ -1,19 +1,15 @@
 #include "ops/linear.h"
 
-#include <atomic>
-
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
-#include "ops/block_ops.h"
 #include "ops/fused_ops.h"
 #include "ops/linear_fp8.h"
 
 #ifdef NALA_WITH_CUDA
 #include "ops/cuda/column_sum.h"
-#include "ops/cuda/gemm_epilogue.h"
 #endif
 
 namespace nala::ops {
@@ -83,29 +79,6 @@ at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x) {
     if (const Fp8Rows* q = fp8_weight(w)) return linear_fp8(x, *q, b);
   if (b.defined() && x.is_cuda() && training && fused_block_ops() && x.is_contiguous()) return linear_op(x, w, b);
   return at::linear(x, w, b);
-}
-
-namespace {
-std::atomic<int64_t> residual_gemm_count{0};
-}  // namespace
-
-int64_t gated_residual_gemm_calls() { return residual_gemm_count.load(std::memory_order_relaxed); }
-
-at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x, const ResidualGate& r) {
-  if (!r.defined()) return linear(m, x);
-#ifdef NALA_WITH_CUDA
-  const at::Tensor &w = m.weight, &b = m.bias;
-  if (gated_residual_gemm() && fused_block_ops() && b.defined() && !wants_grad(x, w, b) &&
-      !(at::GradMode::is_enabled() && (r.x.requires_grad() || r.gate.requires_grad())) && !fp8_weight(w) &&
-      !at::autocast::is_autocast_enabled(at::kCUDA) && cuda::gemm_gated_residual_supported(x, w, r.x)) {
-    at::Tensor out = cuda::gemm_gated_residual(x, w, b, r.x, r.gate);  // (N, T, out)
-    if (out.defined()) {
-      residual_gemm_count.fetch_add(1, std::memory_order_relaxed);
-      return out;
-    }
-  }
-#endif
-  return gated_residual(r.x, r.gate, linear(m, x));  // (N, T, out)
 }
 
 at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x) {

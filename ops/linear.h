@@ -20,21 +20,6 @@ namespace nala::ops {
 // gradient is wanted.
 at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x);
 inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return linear(*m, x); }
-// The gated residual a DiT block adds a layer's output to, r.x + r.gate·out (ops/block_ops.h
-// gated_residual; DiT models.py:117-118): the residual stream x (N, T, out) and gate (N, out).
-// Undefined (default): no residual.
-struct ResidualGate {
-  at::Tensor x, gate;
-  bool defined() const { return x.defined(); }
-};
-// linear(m, x), and with r defined r.x + r.gate·linear(m, x): x (N, T, in). Sampling on CUDA in
-// bf16/fp16 with NALA_GATED_RESIDUAL_GEMM=1 (ops/fused_ops.h), no gradient wanted and the layer not
-// in FP8, one GEMM writes the sum (ops/cuda/gemm_epilogue.h gemm_gated_residual); everywhere else
-// gated_residual of the layer's output, the same operations as without r.
-at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x, const ResidualGate& r);
-inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x, const ResidualGate& r) { return linear(*m, x, r); }
-// how many times that one GEMM has written a gated residual in this process (tests: that a block took it)
-int64_t gated_residual_gemm_calls();
 // x Wᵀ without the bias (for a fused bias + activation after it), likewise in FP8 where registered
 at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x);
 

@@ -99,17 +99,14 @@ at::Tensor mlp_op(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& b
   return MlpFn::apply(xc, w1c, b1, w2c, b2);
 }
 
-at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x, const ResidualGate& r) {
-  const auto residual = [&](const at::Tensor& out) { return r.defined() ? gated_residual(r.x, r.gate, out) : out; };  // (…, D)
+at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x) {
   if (x.is_cuda() && fused_block_ops() && gemm_epilogues() && wants_grad(x, fc1, fc2))
-    return residual(mlp_op(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias));  // (…, D)
+    return mlp_op(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias);  // (…, D)
   if (x.is_cuda() && fused_block_ops() && fp8_mlp_fused() && !wants_grad(x, fc1, fc2) && fc1.bias.defined() && fc2.bias.defined())
     if (const Fp8Rows* q1 = fp8_weight(fc1.weight))
-      if (const Fp8Rows* q2 = fp8_weight(fc2.weight)) return residual(mlp_fp8(x, *q1, fc1.bias, *q2, fc2.bias));  // (…, D)
-  return linear(fc2, linear_gelu(fc1, x), r);                        // (…, D), with r fc2's GEMM may add it (ops/linear.h)
+      if (const Fp8Rows* q2 = fp8_weight(fc2.weight)) return mlp_fp8(x, *q1, fc1.bias, *q2, fc2.bias);  // (…, D)
+  return linear(fc2, linear_gelu(fc1, x));                           // (…, D)
 }
-
-at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x) { return mlp(fc1, fc2, x, ResidualGate{}); }
 
 at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const Fp8Input& x) {
   const Fp8Rows* q1 = fp8_weight(fc1.weight);

@@ -18,16 +18,11 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/linear.h>
 
-#include "ops/linear.h"
-
 namespace nala::ops {
 
 struct Fp8Input;  // ops/linear_fp8.h
 
 at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x);  // (…, D) → (…, D)
-// r.x + r.gate·mlp(fc1, fc2, x) (the DiT block's gated residual, ops/linear.h ResidualGate): where
-// mlp runs its last form, linear(fc2, …, r), whose GEMM may write the sum; else gated_residual after it
-at::Tensor mlp(const torch::nn::LinearImpl& fc1, const torch::nn::LinearImpl& fc2, const at::Tensor& x, const ResidualGate& r);
 // The same from an input already quantized for fc1 (FP8 sampling with NALA_FP8_LN_FUSED=1, ops/linear_fp8.h
 // layer_norm_modulate_fp8); fc1 must be registered for FP8. Equal bit for bit to mlp() of the
 // tensor x.rows quantizes: the same kernels after fc1's GEMM on every device.

@@ -40,19 +40,18 @@ void set(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& 
 }
 
 // The alignment cuBLASLt may assume of an operand: the largest power of two up to 256 (its default
-// assumption) that divides the address and, for a batch, the stride between the matrices in bytes.
-uint32_t alignment(const void* p, int64_t stride_bytes = 0) {
+// assumption) that divides the address.
+uint32_t alignment(const void* p) {
   uint32_t a = 256;
-  while (a > 1 && (reinterpret_cast<uintptr_t>(p) % a != 0 || stride_bytes % a != 0)) a /= 2;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
   return a;
 }
 
 // Runs the GEMM that `desc` describes (op, layouts a, b and d, d also C's) with the first algorithm
 // cuBLASLt's heuristic offers for operands of the given alignments (A, B, C, D); false, and nothing
-// run, where it offers none. With `optional` any refusal of cuBLASLt's (the heuristic's or the
-// matmul's status) is a false, not an error: the caller has another way.
+// run, where it offers none.
 bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, const void* B, const void* C, void* D, const char* name,
-            const std::array<uint32_t, 4>& align, bool optional = false) {
+            const std::array<uint32_t, 4>& align) {
   const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
   void* ws = at::cuda::getCUDABlasLtWorkspace();
   check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
@@ -66,15 +65,11 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, 1, &heur, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0) || (optional && st != CUBLAS_STATUS_SUCCESS)) return false;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   check(st, "heuristic");
-  const cublasStatus_t run_st = cublasLtMatmul(handle, desc.op, alpha, A, desc.a, B, desc.b, beta, C, desc.d, D, desc.d, &heur.algo, ws, ws_size,
-                                               at::cuda::getCurrentCUDAStream().stream());
-  if (optional && run_st != CUBLAS_STATUS_SUCCESS) {
-    TORCH_WARN_ONCE(name, ": cuBLASLt refused the GEMM (status ", int(run_st), "); using the composed operations");
-    return false;
-  }
-  check(run_st, name);
+  check(cublasLtMatmul(handle, desc.op, alpha, A, desc.a, B, desc.b, beta, C, desc.d, D, desc.d, &heur.algo, ws, ws_size,
+                       at::cuda::getCurrentCUDAStream().stream()),
+        name);
   return true;
 }
 
@@ -92,13 +87,6 @@ void run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType
   const float alpha = 1.f, beta = 0.f;
   TORCH_CHECK(launch(desc, &alpha, &beta, A, B, D, D, name, {alignment(A), alignment(B), alignment(D), alignment(D)}), name,
               ": cuBLASLt has no algorithm for m=", m, " n=", n, " k=", k, " with this epilogue");
-}
-
-// a layout of `batch` matrices `stride` elements apart (stride 0: one matrix shared by all)
-void set_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
-  const int32_t count = int32_t(batch);
-  check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch count");
-  check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "batch stride");
 }
 
 bool rows16(const at::Tensor& t) { return t.size(-1) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
@@ -147,57 +135,6 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
   run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu");
   return dy;
-}
-
-bool gemm_gated_residual_supported(const at::Tensor& x, const at::Tensor& w, const at::Tensor& r) {
-  if (!x.is_cuda() || !w.is_cuda() || !r.is_cuda() || w.device() != x.device() || r.device() != x.device()) return false;
-  if (x.dim() != 3 || r.dim() != 3 || w.dim() != 2 || !x.is_contiguous() || !w.is_contiguous() || !r.is_contiguous()) return false;
-  if (x.scalar_type() != w.scalar_type() || r.scalar_type() != x.scalar_type() || (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf))
-    return false;
-  if (r.size(0) != x.size(0) || r.size(1) != x.size(1) || r.size(2) != w.size(0) || x.size(2) != w.size(1)) return false;
-  return x.numel() > 0 && x.size(0) <= INT32_MAX && rows16(x) && rows16(w) && rows16(r);
-}
-
-at::Tensor gemm_gated_residual(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& r, const at::Tensor& gate,
-                               bool bias_scaled) {
-  TORCH_CHECK(gemm_gated_residual_supported(x, w, r) && b.dim() == 1 && b.size(0) == w.size(0) && gate.dim() == 2 &&
-                  gate.size(0) == x.size(0) && gate.size(1) == w.size(0),
-              "gemm_gated_residual: input ", x.sizes(), " ", x.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), ", bias ", b.sizes(),
-              ", residual ", r.sizes(), " ", r.scalar_type(), " and gate ", gate.sizes(),
-              " do not fit (contiguous CUDA bf16/fp16, x (B, T, K), w (M, K), residual (B, T, M), gate (B, M), K and M multiples of 8)");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const int64_t B = x.size(0), T = x.size(1), K = x.size(2), M = w.size(0);
-  const at::Tensor alpha = gate.to(at::kFloat).contiguous();                                       // (B, M) one alpha vector a sample
-  const at::Tensor bf = b.to(at::kFloat);                                                          // (M)
-  const at::Tensor bias = (bias_scaled ? alpha * bf : bf.expand({B, M})).to(x.scalar_type()).contiguous();  // (B, M) gate ⊙ b
-  at::Tensor out = at::empty_like(r);                                                              // (B, T, M)
-  Desc desc;
-  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-  const int32_t mode = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST;
-  set(desc.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, mode, "pointer mode");
-  set(desc.op, CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE, M, "alpha vector batch stride");
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "epilogue");
-  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr(), "bias pointer");
-  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, M, "bias batch stride");
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
-  // column-major, per sample: outᵀ (M, T) = wᵀ-stored (K, M) transposed · xᵀ (K, T), C = rᵀ (M, T)
-  const cudaDataType_t dt = cuda_dtype(x.scalar_type());
-  check(cublasLtMatrixLayoutCreate(&desc.a, dt, K, M, K), "layout A");
-  check(cublasLtMatrixLayoutCreate(&desc.b, dt, K, T, K), "layout B");
-  check(cublasLtMatrixLayoutCreate(&desc.d, dt, M, T, M), "layout C, D");
-  set_batch(desc.a, B, 0);
-  set_batch(desc.b, B, T * K);
-  set_batch(desc.d, B, T * M);
-  const float beta = 1.f;
-  const int64_t es = int64_t(x.element_size());
-  const std::array<uint32_t, 4> align = {alignment(w.data_ptr()), alignment(x.data_ptr(), T * K * es), alignment(r.data_ptr(), T * M * es),
-                                         alignment(out.data_ptr(), T * M * es)};
-  if (!launch(desc, alpha.data_ptr<float>(), &beta, w.data_ptr(), x.data_ptr(), r.data_ptr(), out.data_ptr(), "gemm_gated_residual", align,
-              /*optional=*/true))
-    return at::Tensor();
-  return out;
 }
 
 }  // namespace nala::ops::cuda

@@ -1,9 +1,7 @@
 // cuBLASLt GEMM epilogues of the training MLP (ops/cuda/gemm_epilogue.h, ops/mlp.h) against
 // float64 truth and beside the ATen composition they replace (at::linear + at::gelu(tanh);
 // at::gelu_backward of the GEMM), in bf16 and fp16; then a DiT-S MLP trained under bf16 autocast
-// with the epilogues on against the same with them off (the bias-GELU kernel). And sampling's gated
-// residual in the GEMM (gemm_gated_residual, NALA_GATED_RESIDUAL_GEMM=1) against float64 and beside
-// the two operations it replaces, alone and in a DiT forward.
+// with the epilogues on against the same with them off (the bias-GELU kernel).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -34,11 +32,9 @@ class GemmEpilogue : public ::testing::Test {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
     at::globalContext().setAllowTF32CuBLAS(false);
     ops::set_fused_block_ops(true);
-    ops::set_residual_norm_fused(false);  // the blocks one after another, each through its GEMMs
   }
   void TearDown() override {  // the defaults
     ops::set_gemm_epilogues(true);
-    ops::set_gated_residual_gemm(false);
   }
 };
 
@@ -112,54 +108,3 @@ TEST_F(GemmEpilogue, TrainingMlpEqualsTheBiasGeluPath) {
   }
 }
 
-// r + gate ⊙ (x wᵀ + b) as one strided-batched GEMM (per-sample alpha vector, C = r, per-sample bias)
-// against float64, beside the composition it replaces (at::linear, then the gated-residual kernel):
-// proj-like and fc2-like shapes, a ragged token count, bf16 and fp16. The GEMM with the bias not
-// scaled by the gate (bias_scaled = false) must be far off: that is how the test knows cuBLASLt adds
-// the bias after alpha, as gemm_gated_residual assumes (if this flips, pass b instead of gate ⊙ b).
-TEST_F(GemmEpilogue, GatedResidualGemmMatchesFloat64) {
-  for (auto dt : {at::kBFloat16, at::kHalf}) {
-    for (auto [B, T, K, M] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 17, 384, 384}, {4, 256, 1152, 1152}, {2, 256, 4608, 1152}, {1, 8, 64, 24}}) {
-      torch::manual_seed(B * T + K);
-      const at::Tensor x = at::randn({B, T, K}, at::kCUDA).to(dt), w = (at::randn({M, K}, at::kCUDA) * 0.05).to(dt);  // (B, T, K), (M, K)
-      const at::Tensor b = at::randn({M}, at::kCUDA) * 0.5, gate = at::randn({B, M}, at::kCUDA);                        // (M), (B, M) float32
-      const at::Tensor r = (at::randn({B, T, M}, at::kCUDA) * 2).to(dt);                                              // (B, T, M)
-      ASSERT_TRUE(ops::cuda::gemm_gated_residual_supported(x, w, r));
-      const at::Tensor out = ops::cuda::gemm_gated_residual(x, w, b, r, gate);  // (B, T, M)
-      ASSERT_TRUE(out.defined()) << "cuBLASLt offered no algorithm for " << dt << " " << B << "x" << T << "x" << K << "->" << M;
-      const at::Tensor truth = d(r) + d(gate).unsqueeze(1) * at::linear(d(x), d(w), d(b.to(dt)));  // (B, T, M) float64
-      const at::Tensor composed = ops::cuda::gated_residual_forward(r, gate, at::linear(x, w, b.to(dt)));  // (B, T, M)
-      const at::Tensor unscaled = ops::cuda::gemm_gated_residual(x, w, b, r, gate, /*bias_scaled=*/false);
-      const double e = rel(out, truth), e_c = rel(composed, truth), e_u = unscaled.defined() ? rel(unscaled, truth) : -1;
-      std::printf("  gated residual GEMM %-8s %ldx%ldx%ld->%ld  %.2e (GEMM + kernel %.2e; bias not scaled %.2e)\n", c10::toString(dt), (long)B,
-                  (long)T, (long)K, (long)M, e, e_c, e_u);
-      EXPECT_EQ(out.scalar_type(), dt);
-      EXPECT_LE(e, 1.5 * e_c + 1e-3) << dt << " " << B << "x" << T << "x" << K << "->" << M;
-      if (unscaled.defined()) EXPECT_GT(e_u, 10 * e + 1e-2) << "cuBLASLt adds the bias before alpha: pass b, not gate ⊙ b";
-    }
-  }
-}
-
-// A bf16 DiT forward (sampling: no gradient) with NALA_GATED_RESIDUAL_GEMM=1 against the same with it
-// off and against float32: every block's two gated residuals go through the GEMM, and the result
-// stays as close to float32 as bf16's own (softmax and NaLa blocks).
-TEST_F(GemmEpilogue, DitForwardWithTheGatedResidualGemm) {
-  for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
-    auto [model, x, t, y] = nala::test::perturbed_dit(name);
-    const auto& cfg = model->config();
-    torch::NoGradGuard ng;
-    const at::Tensor truth = model->forward(x, t, y);  // float32
-    model->to(at::kBFloat16);
-    const at::Tensor xb = x.to(at::kBFloat16);
-    ops::set_gated_residual_gemm(false);
-    const at::Tensor off = model->forward(xb, t, y);
-    const int64_t calls0 = ops::gated_residual_gemm_calls();
-    ops::set_gated_residual_gemm(true);
-    const at::Tensor on = model->forward(xb, t, y);
-    ops::set_gated_residual_gemm(false);
-    EXPECT_EQ(ops::gated_residual_gemm_calls() - calls0, 2 * cfg.depth) << name;
-    const double e_on = rel(on, truth), e_off = rel(off, truth);
-    std::printf("  %s bf16 forward vs float32: gated residual GEMM %.2e, GEMM + kernel %.2e\n", name, e_on, e_off);
-    EXPECT_LE(e_on, 1.25 * e_off + 1e-3) << name;
-  }
-}

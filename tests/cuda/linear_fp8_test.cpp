@@ -222,6 +222,7 @@ TEST_F(LinearFp8Cuda, DitLayerNormQuantizedInputEqualsTheUnfusedForward) {
     ASSERT_EQ(model->use_fp8_linears(), 12 * 4 + 1) << name;
     const bool was = fp8_ln_fused();
     set_fp8_ln_fused(false);
+    set_residual_norm_fused(false);  // the blocks one after another
     const at::Tensor unfused = model->forward(x, t, y);
     const int64_t calls0 = layer_norm_modulate_fp8_calls();
     set_fp8_ln_fused(true);
@@ -231,9 +232,8 @@ TEST_F(LinearFp8Cuda, DitLayerNormQuantizedInputEqualsTheUnfusedForward) {
     // and with each gated residual in the LayerNorm-quantize after it (NALA_RESIDUAL_NORM_FUSED=1):
     // the same bits, every block's two e4m3 inputs from the joined kernels
     const int64_t calls1 = layer_norm_modulate_fp8_calls();
-    set_residual_norm_fused(true);
+    set_residual_norm_fused(true);  // (its default)
     const at::Tensor chained = model->forward(x, t, y);
-    set_residual_norm_fused(false);
     set_fp8_ln_fused(was);
     EXPECT_EQ(layer_norm_modulate_fp8_calls() - calls1, 2 * cfg.depth) << name;
     EXPECT_TRUE(at::equal(chained, unfused)) << name << ": max |difference| " << (chained - unfused).abs().max().item<double>();

@@ -193,8 +193,7 @@ TEST(DiT, Fp8LayerNormQuantizedInputEqualsTheUnfusedForward) {
     const at::Tensor unfused = model->forward(x, t, y);  // (2, 8, 16, 16) with the learned sigma
     EXPECT_EQ(nala::ops::layer_norm_modulate_fp8_calls(), calls0) << name;
     nala::ops::set_fp8_ln_fused(true);
-    const at::Tensor fused = model->forward(x, t, y);
-    nala::ops::set_fp8_ln_fused(false);
+    const at::Tensor fused = model->forward(x, t, y);  // (the switch stays on: its default)
     EXPECT_EQ(nala::ops::layer_norm_modulate_fp8_calls() - calls0, 2 * cfg.depth) << name;
     EXPECT_TRUE(at::equal(fused, unfused)) << name << ": max |difference| " << (fused - unfused).abs().max().item<double>();
     // and FP8 at all: within FP8's error of the exact forward, not equal to it
@@ -206,11 +205,8 @@ TEST(DiT, Fp8LayerNormQuantizedInputEqualsTheUnfusedForward) {
   }
 }
 
-// The DiT block's gated residuals now go through the mixer's and the MLP's last linear layer
-// (TokenMixer::forward_residual, Mlp::forward_residual, ops/linear.h ResidualGate): a block against
-// the plain formula of DiT models.py:115-119 written here with ATen ops and the mixer's and MLP's own
-// forward, softmax and NaLa, with NALA_GATED_RESIDUAL_GEMM on and off (on the CPU both compose), with
-// and without gradients.
+// A block against the plain formula of DiT models.py:115-119 written here with ATen ops and the
+// mixer's and MLP's own forward, softmax and NaLa, with and without gradients.
 TEST(DiT, BlockIsTheGatedResidualFormula) {
   for (const char* name : {"DiT-S/4", "NaLaDiT-S/4"}) {
     auto model = perturbed_dit(name, 1, 3);
@@ -226,14 +222,10 @@ TEST(DiT, BlockIsTheGatedResidualFormula) {
       const auto m = block.adaLN_modulation->forward(c).chunk(6, 1);                                       // 6 × (N, D)
       const at::Tensor h = x + m[2].unsqueeze(1) * block.attn->forward(ln(x, m[0], m[1]), 4, 4);          // (N, T, D)
       const at::Tensor want = h + m[5].unsqueeze(1) * block.mlp->forward(ln(h, m[3], m[4]));              // (N, T, D)
-      for (bool gemm : {false, true}) {
-        nala::ops::set_gated_residual_gemm(gemm);
-        const at::Tensor got = block.forward(x, c, 4, 4);  // (N, T, D)
-        EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << name << " grad " << grad << " gemm " << gemm << ": max |difference| "
-                                                         << (got - want).abs().max().item<double>();
-        EXPECT_EQ(got.requires_grad(), grad) << name;
-      }
-      nala::ops::set_gated_residual_gemm(false);
+      const at::Tensor got = block.forward(x, c, 4, 4);  // (N, T, D)
+      EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << name << " grad " << grad << ": max |difference| "
+                                                       << (got - want).abs().max().item<double>();
+      EXPECT_EQ(got.requires_grad(), grad) << name;
     }
   }
 }
@@ -271,4 +263,6 @@ TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
     EXPECT_TRUE(trained.requires_grad());
     EXPECT_TRUE(at::equal(trained.detach(), model->forward(x, t, y).detach())) << name;
   }
+  nala::ops::set_residual_norm_fused(true);  // the defaults
+  nala::ops::set_fp8_ln_fused(true);
 }
