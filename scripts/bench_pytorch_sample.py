@@ -51,7 +51,7 @@ def main():
     y = torch.randint(0, 1000, (n,), device=dev)
     y2 = torch.cat([y, torch.full_like(y, 1000)])
     print(f"# PyTorch {torch.__version__} DDPM+CFG sampling step, {torch.cuda.get_device_name()}, {a.model}, batch {n}, cfg {a.cfg_scale}")
-    print(f"| model | mode | ms/step | img/s ({a.steps} steps) | compile s |\n|---|---|---|---|---|")
+    print(f"| model | mode | ms/step | img/s ({a.steps} steps) | peak MiB | compile s |\n|---|---|---|---|---|---|")
     compiled = torch.compile(model.forward_with_cfg) if a.compile else None
     for mode in ("bf16", "fp32+tf32") + (("bf16 compiled",) if a.compile else ()):
         fwd = compiled if mode == "bf16 compiled" else model.forward_with_cfg
@@ -73,6 +73,7 @@ def main():
             i[0] = i[0] - 1 if i[0] > 1 else a.steps - 1
 
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()  # the peak of this mode's steps (the model's weights included)
         t0 = time.time()
         for _ in range(3):
             step()
@@ -87,7 +88,8 @@ def main():
             e.synchronize()
             times.append(s.elapsed_time(e))
         ms = float(np.median(times))
-        print(f"| {a.model} (PyTorch) | {mode} | {ms:.1f} | {n / (ms * a.steps / 1e3):.2f} | {compile_s:.0f} |", flush=True)
+        peak = torch.cuda.max_memory_allocated() / 2**20
+        print(f"| {a.model} (PyTorch) | {mode} | {ms:.1f} | {n / (ms * a.steps / 1e3):.2f} | {peak:.0f} | {compile_s:.0f} |", flush=True)
 
 
 if __name__ == "__main__":
