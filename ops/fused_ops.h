@@ -39,7 +39,7 @@ void set_fp8_mlp_fused(bool on);
 // gelu_tanh_fast) instead of the accurate tanhf, which made it instruction-bound (8.0 ms of a 49 ms
 // DiT-XL/2 step, 3× its memory floor): NALA_FP8_FAST_GELU=1 (default) runs it, 0 keeps tanhf. Within
 // one e4m3 step of the accurate kernel (LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels); measured
-// on the H200, DiT-XL/2 fp8 DDPM + CFG sampling at batch 64 with CUDA graphs: 50.1 → 49.3 ms a step,
+// on the H200, DiT-XL/2 fp8 DDPM + CFG sampling at batch 64 with CUDA graphs: 49.9 → 49.2 ms a step,
 // forward error against fp32 5.530 → 5.526 % (docs/benchmarks.md, 2026-12-03, seventeenth session).
 // Any other value is an error.
 bool fp8_fast_gelu();
@@ -48,7 +48,7 @@ void set_fp8_fast_gelu(bool on);
 // (ops/linear_fp8.h layer_norm_modulate_fp8; models/dit.cpp DiTBlock): NALA_FP8_LN_FUSED=1 (default)
 // runs it, 0 writes the modulated tensor and quantizes it in the next linear, which it equals bit for
 // bit (LinearFp8Cuda.DitLayerNormQuantizedInputEqualsTheUnfusedForward). Measured as above, with
-// the fast GELU: 49.3 → 48.1 ms a step. Any other value is an error.
+// the fast GELU: 49.2 → 48.1 ms a step. Any other value is an error.
 bool fp8_ln_fused();
 void set_fp8_ln_fused(bool on);
 // Sampling: each gated residual of the DiT blocks in one pass with the LayerNorm-modulate after it
@@ -57,7 +57,7 @@ void set_fp8_ln_fused(bool on);
 // models/dit.cpp DiTBlock::forward_chained), one read of the residual stream fewer a residual; bit
 // for bit the separate kernels (BlockKernels.DitForwardChainedEqualsTheBlocks). NALA_RESIDUAL_NORM_FUSED=1
 // (default) runs it, 0 does not. Measured on the H200, DiT-XL/2 DDPM + CFG sampling at batch 64 with
-// CUDA graphs: bf16 59.6 → 58.8 ms a step; fp8 with the two switches above 48.1 → 46.2 ms
+// CUDA graphs: bf16 59.4 → 58.3 ms a step; fp8 with the two switches above 48.1 → 46.5 ms
 // (docs/benchmarks.md, 2026-12-03, seventeenth session). Any other value is an error.
 bool residual_norm_fused();
 void set_residual_norm_fused(bool on);

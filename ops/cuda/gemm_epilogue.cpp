@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <type_traits>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -136,68 +135,6 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
   run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu");
   return dy;
-}
-
-bool gemm_fp8_bias_gelu_e4m3(const at::Tensor& xq, const at::Tensor& xs, const at::Tensor& wq, const at::Tensor& ws, const at::Tensor& b,
-                             const at::Tensor& d_scale, const at::Tensor& out, const at::Tensor& amax, bool fast_accum) {
-  const auto e4m3 = at::kFloat8_e4m3fn;
-  const bool fits = xq.is_cuda() && xq.dim() == 2 && wq.dim() == 2 && xq.scalar_type() == e4m3 && wq.scalar_type() == e4m3 &&
-                    xq.size(1) == wq.size(1) && xq.size(1) % 16 == 0 && wq.size(0) % 16 == 0 && xq.size(0) > 0 &&
-                    xs.scalar_type() == at::kFloat && xs.numel() == xq.size(0) && ws.scalar_type() == at::kFloat && ws.numel() == wq.size(0) &&
-                    b.scalar_type() == at::kBFloat16 && b.numel() == wq.size(0) && d_scale.scalar_type() == at::kFloat && d_scale.numel() == 1 &&
-                    amax.scalar_type() == at::kFloat && amax.numel() == 1 && out.scalar_type() == e4m3 && out.dim() == 2 &&
-                    out.size(0) == xq.size(0) && out.size(1) == wq.size(0);
-  bool contiguous = true, on_device = true;
-  for (const at::Tensor* t : {&xq, &xs, &wq, &ws, &b, &d_scale, &out, &amax}) {
-    contiguous = contiguous && t->is_contiguous();
-    on_device = on_device && t->is_cuda() && t->device() == xq.device();
-  }
-  TORCH_CHECK(fits && contiguous && on_device, "gemm_fp8_bias_gelu_e4m3: input ", xq.sizes(), " ", xq.scalar_type(), " with scales ", xs.sizes(),
-              ", weight ", wq.sizes(), " ", wq.scalar_type(), " with scales ", ws.sizes(), ", bias ", b.sizes(), " ", b.scalar_type(), ", output ",
-              out.sizes(), " ", out.scalar_type(), ", d_scale ", d_scale.sizes(), " and amax ", amax.sizes(),
-              " do not fit (contiguous, one CUDA device; e4m3 (R, K) and (N, K), float32 scales a row, bf16 bias, float32 scalars, K and N multiples of 16)");
-  const c10::cuda::CUDAGuard guard(xq.device());
-  const int64_t R = xq.size(0), K = xq.size(1), N = wq.size(0);
-  Desc desc;
-  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-  // column-major: outᵀ (N, R) = wq-stored (K, N) transposed · xqᵀ (K, R), the TN layout FP8 GEMMs take;
-  // A is the weight, so A's scales are ws (one an output feature) and B's xs (one a token)
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
-  set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
-  const int32_t outer = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  set(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, outer, "A scale mode");
-  set(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, outer, "B scale mode");
-  set(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, ws.data_ptr(), "A scales");
-  set(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, xs.data_ptr(), "B scales");
-  set(desc.op, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, d_scale.data_ptr(), "D scale");
-  set(desc.op, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax.data_ptr(), "amax of D");
-  set(desc.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(fast_accum ? 1 : 0), "fast accumulation");
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_GELU_BIAS, "epilogue");
-  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, b.data_ptr(), "bias pointer");
-  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_16BF), "bias type");
-  check(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_8F_E4M3, K, N, K), "layout A");
-  check(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_8F_E4M3, K, R, K), "layout B");
-  check(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_8F_E4M3, N, R, N), "layout D");
-  // C: bf16 as FP8 GEMMs with an e4m3 D want it, never read (beta 0); its own layout
-  cublasLtMatrixLayout_t c = nullptr;
-  check(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, N, R, N), "layout C");
-  const std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, decltype(&cublasLtMatrixLayoutDestroy)> c_owner(c, &cublasLtMatrixLayoutDestroy);
-  const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
-  void* workspace = at::cuda::getCUDABlasLtWorkspace();
-  check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
-  check(cublasLtMatmulPreferenceSetAttribute(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size)), "workspace");
-  cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, c, desc.d, desc.pref, 1, &heur, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
-  check(st, "heuristic");
-  const float alpha = 1.f, beta = 0.f;
-  check(cublasLtMatmul(handle, desc.op, &alpha, wq.data_ptr(), desc.a, xq.data_ptr(), desc.b, &beta, out.data_ptr(), c, out.data_ptr(), desc.d,
-                       &heur.algo, workspace, ws_size, at::cuda::getCurrentCUDAStream().stream()),
-        "gemm_fp8_bias_gelu_e4m3");
-  return true;
 }
 
 }  // namespace nala::ops::cuda

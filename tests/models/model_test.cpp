@@ -242,7 +242,7 @@ TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
     for (bool fp8 : {false, true}) {
       torch::NoGradGuard ng;
       if (fp8) {
-        ASSERT_EQ(model->use_fp8_linears(), 3 * 4 + 1) << name;
+        EXPECT_EQ(model->use_fp8_linears(), 3 * 4 + 1) << name;  // (not ASSERT: the switches must reach their reset below)
         nala::ops::set_fp8_ln_fused(true);
       }
       nala::ops::set_residual_norm_fused(false);
