@@ -20,6 +20,27 @@
 
 namespace {
 
+// one configuration's cuBLASLt objects, destroyed together (null ones skipped)
+struct Lt {
+  cublasLtMatmulDesc_t op{};
+  cublasLtMatrixLayout_t a{}, b{}, c{}, d{};
+  cublasLtMatmulPreference_t pref{};
+  ~Lt() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (cublasLtMatrixLayout_t l : {a, b, c, d})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// the preference (the workspace limit) and up to 8 algorithms for lt's GEMM; C's layout is lt.c where
+// set, else D's
+cublasStatus_t heuristics(cublasLtHandle_t h, Lt& lt, size_t ws_size, cublasLtMatmulHeuristicResult_t (&heur)[8], int& found) {
+  cublasLtMatmulPreferenceCreate(&lt.pref);
+  cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size));
+  return cublasLtMatmulAlgoGetHeuristic(h, lt.op, lt.a, lt.b, lt.c ? lt.c : lt.d, lt.d, lt.pref, 8, heur, &found);
+}
+
 const char* mode_name(int m) {
   switch (m) {
     case CUBLASLT_POINTER_MODE_HOST: return "HOST";
@@ -33,9 +54,9 @@ const char* mode_name(int m) {
 // one configuration: m × n × k per batch entry (column-major D (m, n)), A transposed as in the project
 void probe(cublasLtHandle_t h, cudaDataType_t dt, const char* dt_name, int mode, bool bias, int32_t batch, void* buf, void* ws, size_t ws_size) {
   const int64_t m = 1152, n = 256, k = 1152;
-  cublasLtMatmulDesc_t op{};
-  cublasLtMatrixLayout_t a{}, b{}, d{};
-  cublasLtMatmulPreference_t pref{};
+  Lt lt;
+  cublasLtMatmulDesc_t& op = lt.op;
+  cublasLtMatrixLayout_t &a = lt.a, &b = lt.b, &d = lt.d;
   cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   const int32_t pm = mode;
   cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm));
@@ -69,11 +90,9 @@ void probe(cublasLtHandle_t h, cudaDataType_t dt, const char* dt_name, int mode,
     cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch));
     cublasLtMatrixLayoutSetAttribute(d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sd, sizeof(sd));
   }
-  cublasLtMatmulPreferenceCreate(&pref);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size));
   cublasLtMatmulHeuristicResult_t heur[8]{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, 8, heur, &found);
+  const cublasStatus_t st = heuristics(h, lt, ws_size, heur, found);
   int run = -1;
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     float host_alpha = 1.f, beta = (mode == CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) ? 0.f : 1.f;
@@ -83,11 +102,6 @@ void probe(cublasLtHandle_t h, cudaDataType_t dt, const char* dt_name, int mode,
   }
   std::printf("| %-19s | %-4s | %d | %-4s | %d %-28s | %d | %s |\n", mode_name(mode), bias ? "BIAS" : "none", batch, dt_name, int(st),
               cublasLtGetStatusName(st), found, run < 0 ? "-" : (run == 0 ? "ok" : cublasLtGetStatusName(cublasStatus_t(run))));
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(d);
-  cublasLtMatmulDescDestroy(op);
 }
 
 const char* epilogue_name(cublasLtEpilogue_t e) {
@@ -103,9 +117,9 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
 // x (k = 1152, n), both e4m3, the TN layout Hopper's FP8 GEMMs take; C bf16 (unused, beta 0)
 void probe_fp8(cublasLtHandle_t h, int32_t scale_mode, cublasLtEpilogue_t epi, cudaDataType_t d_type, void* buf, void* ws, size_t ws_size) {
   const int64_t m = 4608, n = 2048, k = 1152;
-  cublasLtMatmulDesc_t op{};
-  cublasLtMatrixLayout_t a{}, b{}, c{}, d{};
-  cublasLtMatmulPreference_t pref{};
+  Lt lt;
+  cublasLtMatmulDesc_t& op = lt.op;
+  cublasLtMatrixLayout_t &a = lt.a, &b = lt.b, &c = lt.c, &d = lt.d;
   cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -133,11 +147,9 @@ void probe_fp8(cublasLtHandle_t h, int32_t scale_mode, cublasLtEpilogue_t epi, c
   cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, k, n, k);
   cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, m, n, m);
   cublasLtMatrixLayoutCreate(&d, d_type, m, n, m);
-  cublasLtMatmulPreferenceCreate(&pref);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_size, sizeof(ws_size));
   cublasLtMatmulHeuristicResult_t heur[8]{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c, d, pref, 8, heur, &found);
+  const cublasStatus_t st = heuristics(h, lt, ws_size, heur, found);
   int run = -1;
   float ms = 0;
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
@@ -157,12 +169,6 @@ void probe_fp8(cublasLtHandle_t h, int32_t scale_mode, cublasLtEpilogue_t epi, c
   std::printf("| %-10s | %-9s | %-4s | %d %-28s | %d | %s | %s |\n", scale_mode == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F ? "SCALAR" : "OUTER_VEC",
               epilogue_name(epi), d_type == CUDA_R_8F_E4M3 ? "e4m3" : "bf16", int(st), cublasLtGetStatusName(st), found,
               run < 0 ? "-" : (run == 0 ? "ok" : cublasLtGetStatusName(cublasStatus_t(run))), run == 0 ? std::to_string(ms / 20 * 1000).c_str() : "-");
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(c);
-  cublasLtMatrixLayoutDestroy(d);
-  cublasLtMatmulDescDestroy(op);
 }
 
 }  // namespace
