@@ -3,6 +3,7 @@
 #include "ops/block_ops.h"
 
 #include <cmath>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <torch/nn/functional/activation.h>
@@ -105,20 +106,28 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
   return ops::gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
 }
 
-DiTBlock::PendingResidual DiTBlock::forward_chained(const PendingResidual& in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
+DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
   TORCH_CHECK(!at::GradMode::is_enabled(), "DiTBlock::forward_chained is for sampling: call it with gradients off");
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   const double eps = norm1->options.eps();
   if (ops::fp8_ln_fused() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
     // FP8 sampling: each LayerNorm-modulate writes the e4m3 rows the next GEMM reads, as in forward
-    ops::ResidualAndFp8Input a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate_fp8(in.x, in.gate, in.y, m[0], m[1], eps)
-                                                   : ops::ResidualAndFp8Input{in.x, ops::layer_norm_modulate_fp8(in.x, m[0], m[1], eps)};
-    auto b = ops::gated_residual_layer_norm_modulate_fp8(a.residual, m[2], attn->forward_fp8(a.modulated, grid_h, grid_w), m[3], m[4], eps);
+    ops::ResidualAndFp8Input b;
+    {
+      ops::ResidualAndFp8Input a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate_fp8(in.x, in.gate, in.y, m[0], m[1], eps)
+                                                     : ops::ResidualAndFp8Input{in.x, ops::layer_norm_modulate_fp8(in.x, m[0], m[1], eps)};
+      in = PendingResidual{};  // the sum lives in a.residual now: the pending x and y go before the block's work
+      b = ops::gated_residual_layer_norm_modulate_fp8(a.residual, m[2], attn->forward_fp8(a.modulated, grid_h, grid_w), m[3], m[4], eps);
+    }  // a's tensors go before the MLP, whose hidden layer is the block's largest
     return {b.residual, m[5], mlp->forward_fp8(b.modulated)};  // (N, T, D), (N, D), (N, T, D)
   }
-  const ops::ModulatedAndResidual a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps)
-                                                        : ops::layer_norm_modulate_residual(in.x, m[0], m[1], eps);  // (N, T, D) ×2
-  const auto b = ops::gated_residual_layer_norm_modulate(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w), m[3], m[4], eps);
+  ops::ModulatedAndResidual b;
+  {
+    const ops::ModulatedAndResidual a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps)
+                                                          : ops::layer_norm_modulate_residual(in.x, m[0], m[1], eps);  // (N, T, D) ×2
+    in = PendingResidual{};  // as above
+    b = ops::gated_residual_layer_norm_modulate(a.residual, m[2], attn->forward(a.modulated, grid_h, grid_w), m[3], m[4], eps);
+  }
   return {b.residual, m[5], mlp->forward(b.modulated)};  // (N, T, D), (N, D), (N, T, D)
 }
 
@@ -133,11 +142,12 @@ at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
   return ops::linear(linear, ops::layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
 }
 
-at::Tensor FinalLayer::forward_chained(const DiTBlock::PendingResidual& in, const at::Tensor& c) {
+at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c) {
   auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
   const double eps = norm_final->options.eps();
   const at::Tensor a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps).modulated
                                          : ops::layer_norm_modulate(in.x, m[0], m[1], eps);  // (N, T, D)
+  in = DiTBlock::PendingResidual{};
   return ops::linear(linear, a);                                                           // (N, T, p·p·outC)
 }
 
@@ -205,9 +215,9 @@ at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tens
   at::Tensor out;
   if (ops::residual_norm_fused() && !at::GradMode::is_enabled()) {
     // sampling: each gated residual added with the LayerNorm-modulate after it (DiTBlock::forward_chained)
-    DiTBlock::PendingResidual p{h, {}, {}};
-    for (auto& b : *blocks) p = b->as<DiTBlock>()->forward_chained(p, cond, gh, gw);
-    out = unpatchify(final_layer->forward_chained(p, cond), gh, gw);                 // (N, outC, H, W)
+    DiTBlock::PendingResidual p{std::move(h), {}, {}};
+    for (auto& b : *blocks) p = b->as<DiTBlock>()->forward_chained(std::move(p), cond, gh, gw);  // the old pending sum freed inside
+    out = unpatchify(final_layer->forward_chained(std::move(p), cond), gh, gw);                 // (N, outC, H, W)
   } else {
     for (auto& b : *blocks) h = b->as<DiTBlock>()->forward(h, cond, gh, gw);         // (N, T, D)
     out = unpatchify(final_layer->forward(h, cond), gh, gw);                         // (N, outC, H, W)

@@ -66,8 +66,9 @@ class DiTBlock : public torch::nn::Module {
   // Sampling with NALA_RESIDUAL_NORM_FUSED=1 (ops/fused_ops.h): forward of in.x + in.gate·in.y with
   // that sum and each of the block's gated residuals added in one pass with the LayerNorm-modulate
   // after it (ops::gated_residual_layer_norm_modulate); the block's last gated residual is returned
-  // pending, for the next block or the final layer. Bit for bit forward of the sum.
-  PendingResidual forward_chained(const PendingResidual& in, const at::Tensor& c, int64_t grid_h, int64_t grid_w);
+  // pending, for the next block or the final layer. Bit for bit forward of the sum. `in` by value:
+  // moved in, its tensors are freed once the sum is made (sampling's peak memory).
+  PendingResidual forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w);
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   std::shared_ptr<attention::TokenMixer> attn;
   std::shared_ptr<Mlp> mlp;
@@ -79,7 +80,7 @@ class FinalLayer : public torch::nn::Module {
   FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& c);
   // forward of in.x + in.gate·in.y, the sum added in one pass with the LayerNorm-modulate (sampling)
-  at::Tensor forward_chained(const DiTBlock::PendingResidual& in, const at::Tensor& c);
+  at::Tensor forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c);
   torch::nn::LayerNorm norm_final{nullptr};
   torch::nn::Linear linear{nullptr};
   torch::nn::Sequential adaLN_modulation{nullptr};
