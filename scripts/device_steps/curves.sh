@@ -18,10 +18,11 @@
 # W/started-sSEED when none did (scripts/device_steps/curves-start.sh launches it and waits for these).
 # Poll with scripts/device_steps/curves-poll.sh OUT SEED SECONDS at the end of every call: it packs what
 # is there, so a lease that ends first keeps the evaluations made so far.
-# CURVES_EVAL_DURING=0 evaluates only after the trainings end and CURVES_UNGUIDED_ONLY=1 skips the
-# guided evaluations: the 4,096-token equal-time runs, one model a call sequence, alone on the GPU:
-#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_SAMPLES=2000 CURVES_DIR=build-device/curves-4k \
-#     curves.sh OUT 100000 0 DiT-S/2 1e-3 200 --image-size 128 --max-minutes 15
+# CURVES_EVAL_DURING=0 evaluates only after the trainings end, CURVES_UNGUIDED_ONLY=1 skips the
+# guided evaluations and CURVES_FP8_LAST=0 the FP8 one: the 4,096-token equal-time runs, one model a
+# call sequence, alone on the GPU:
+#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_FP8_LAST=0 CURVES_SAMPLES=2000 CURVES_DIR=build-device/curves-4k \
+#     curves.sh OUT 100000 0 DiT-S/2 1e-3 800 --image-size 128 --max-minutes 15
 # NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
 # on the CPU build with small settings.
 set -uo pipefail
@@ -116,8 +117,9 @@ for i in "${!pids[@]}"; do
   if [ -n "${rcs[$i]:-}" ]; then rc=${rcs[$i]}; else wait "${pids[$i]}"; rc=$?; fi
   [ "$rc" = 0 ] || { failed=1; echo "${runs[$i]}: train failed"; tail -3 "${runs[$i]}.train.log"; }
 done
-# the last checkpoints also with the linear layers in FP8 (mode unguided-fp8: `nala sample --dtype fp8`, the same noise)
-evaluate --fp8-last || { failed=1; tail -5 "$w/eval-s$seed.log"; }
+# the last checkpoints also with the linear layers in FP8 (mode unguided-fp8: `nala sample --dtype fp8`, the same
+# noise); CURVES_FP8_LAST=0: only what is missing in bf16 (the equal-time runs at 4,096 tokens)
+if [ "${CURVES_FP8_LAST:-1}" = 1 ]; then evaluate --fp8-last; else evaluate; fi || { failed=1; tail -5 "$w/eval-s$seed.log"; }
 # a sample grid of each nala run's last checkpoint (unguided, the family's sampler, seed 0): grid.png
 for rd in "${runs[@]}"; do
   [ -f "$rd/official.json" ] || [ -f "$rd/grid.png" ] && continue
