@@ -32,11 +32,24 @@ at::Tensor rows(const at::Tensor& t) {
   return aligned16(c) ? c : c.clone();
 }
 
-// one float32 vector per sample, (N, D) contiguous
-at::Tensor per_sample(const at::Tensor& v, const at::Tensor& x, const char* name) {
+// One vector per sample (N, D) for the kernels (block_kernels.h SampleVec): read where it lies when
+// its layout allows 4-element loads (adaLN's chunks do: (N, 6D) rows, unit stride along D), else a
+// contiguous float32 copy, which `copy` keeps alive for the launch.
+struct PerSample {
+  at::Tensor copy;
+  SampleVec v;
+};
+
+PerSample per_sample(const at::Tensor& v, const at::Tensor& x, const char* name) {
   TORCH_CHECK(v.dim() == 2 && v.size(0) == x.size(0) && v.size(1) == x.size(2), "fused block op: ", name, " must be (N, D) = (", x.size(0), ", ",
               x.size(2), "), got ", v.sizes());
-  return rows(v.to(at::kFloat));
+  TORCH_CHECK(v.device() == x.device(), "fused block op: ", name, " is on ", v.device(), ", x on ", x.device());
+  DType t;
+  const int64_t stride = v.size(0) == 1 ? 0 : v.stride(0);  // one sample: its stride is never used
+  if (kernel_dtype(v.scalar_type(), t) && v.stride(1) == 1 && stride % 4 == 0 && reinterpret_cast<uintptr_t>(v.data_ptr()) % (4 * v.element_size()) == 0)
+    return {at::Tensor(), SampleVec{v.data_ptr(), stride, t}};
+  at::Tensor c = rows(v.to(at::kFloat));  // (N, D)
+  return {c, SampleVec{c.data_ptr(), c.size(1), DType::F32}};
 }
 
 RowShape shape_of(const at::Tensor& x) {
@@ -67,7 +80,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const
   const at::Tensor x = rows(x_in);
   LayerNormModulateParams p;
   p.s = shape_of(x);
-  const at::Tensor sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  const PerSample sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
   at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype));  // (N, T, D)
   at::Tensor mean, rstd;
   if (save_stats) {
@@ -78,8 +91,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const
   p.x_type = dtype_of(x);
   p.out_type = dtype_of(out);
   p.x = x.data_ptr();
-  p.shift = sh.data_ptr<float>();
-  p.scale = sc.data_ptr<float>();
+  p.shift = sh.v;
+  p.scale = sc.v;
   p.out = out.data_ptr();
   p.mean = save_stats ? mean.data_ptr<float>() : nullptr;
   p.rstd = save_stats ? rstd.data_ptr<float>() : nullptr;
@@ -95,7 +108,7 @@ std::pair<at::Tensor, at::Tensor> layer_norm_modulate_quantize(const at::Tensor&
   const at::Tensor x = rows(x_in);
   LayerNormModulateParams p;
   p.s = shape_of(x);
-  const at::Tensor sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  const PerSample sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
   const int64_t R = p.s.N * p.s.T;
   at::Tensor q = at::empty({R, p.s.D}, x.options().dtype(at::kFloat8_e4m3fn));  // (N·T, D)
   at::Tensor s = at::empty({R, 1}, x.options().dtype(at::kFloat));              // (N·T, 1)
@@ -105,8 +118,8 @@ std::pair<at::Tensor, at::Tensor> layer_norm_modulate_quantize(const at::Tensor&
   TORCH_CHECK(kernel_dtype(out_dtype, o), "layer_norm_modulate_quantize: unsupported result dtype ", out_dtype);
   p.out_type = o;
   p.x = x.data_ptr();
-  p.shift = sh.data_ptr<float>();
-  p.scale = sc.data_ptr<float>();
+  p.shift = sh.v;
+  p.scale = sc.v;
   launch_layer_norm_modulate_quantize(p, static_cast<uint8_t*>(q.data_ptr()), s.data_ptr<float>(), stream());
   return {q, s};
 }
@@ -118,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(cons
   LayerNormModulateParams p;
   p.s = shape_of(x);
   TORCH_CHECK(dout.sizes() == x.sizes(), "layer_norm_modulate backward: grad ", dout.sizes(), " vs x ", x.sizes());
-  const at::Tensor sc = per_sample(scale, x, "scale");
+  const PerSample sc = per_sample(scale, x, "scale");
   const at::Tensor mu = mean.to(at::kFloat).contiguous(), rs = rstd.to(at::kFloat).contiguous();
   TORCH_CHECK(mu.numel() == p.s.N * p.s.T && rs.numel() == mu.numel(), "layer_norm_modulate backward: statistics of ", mu.numel(), " rows, expected ",
               p.s.N * p.s.T);
@@ -137,7 +150,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(cons
   p.dres = dres.defined() ? dres.data_ptr() : nullptr;
   p.mean = const_cast<float*>(mu.data_ptr<float>());
   p.rstd = const_cast<float*>(rs.data_ptr<float>());
-  p.scale = sc.data_ptr<float>();
+  p.scale = sc.v;
   p.dx = dx.data_ptr();
   p.dscale_part = ds.data_ptr<float>();
   p.dshift_part = dh.data_ptr<float>();
@@ -157,13 +170,13 @@ at::Tensor gated_residual_forward(const at::Tensor& x_in, const at::Tensor& gate
   GatedResidualParams p;
   p.s = shape_of(x);
   TORCH_CHECK(y.sizes() == x.sizes(), "gated_residual: y ", y.sizes(), " vs x ", x.sizes());
-  const at::Tensor g = per_sample(gate, x, "gate");
+  const PerSample g = per_sample(gate, x, "gate");
   at::Tensor out = at::empty_like(x);  // (N, T, D)
   p.x_type = dtype_of(x);
   p.y_type = dtype_of(y);
   p.x = x.data_ptr();
   p.y = y.data_ptr();
-  p.gate = g.data_ptr<float>();
+  p.gate = g.v;
   p.out = out.data_ptr();
   launch_gated_residual_forward(p, stream());
   return out;
@@ -175,14 +188,14 @@ std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dou
   GatedResidualParams p;
   p.s = shape_of(y);
   TORCH_CHECK(dout.sizes() == y.sizes(), "gated_residual backward: grad ", dout.sizes(), " vs y ", y.sizes());
-  const at::Tensor g = per_sample(gate, y, "gate");
+  const PerSample g = per_sample(gate, y, "gate");
   at::Tensor dy = at::empty_like(y);                                                   // (N, T, D)
   at::Tensor dg = at::empty({p.s.N, p.s.chunks(), p.s.D}, y.options().dtype(at::kFloat));  // (N, chunks, D)
   p.x_type = dtype_of(dout);
   p.y_type = dtype_of(y);
   p.dout = dout.data_ptr();
   p.y = y.data_ptr();
-  p.gate = g.data_ptr<float>();
+  p.gate = g.v;
   p.dy = dy.data_ptr();
   p.dgate_part = dg.data_ptr<float>();
   launch_gated_residual_backward(p, stream());
@@ -197,7 +210,7 @@ bool residual_layer_norm_modulate_supported(const at::Tensor& x, const at::Tenso
 
 namespace {
 // the kernel's parameters for x, y and the per-sample vectors; res allocated; out or q set by the caller
-ResidualNormParams residual_norm_params(const at::Tensor& x, const at::Tensor& y, const at::Tensor& g, const at::Tensor& sh, const at::Tensor& sc,
+ResidualNormParams residual_norm_params(const at::Tensor& x, const at::Tensor& y, const PerSample& g, const PerSample& sh, const PerSample& sc,
                                         const at::Tensor& res, double eps) {
   ResidualNormParams p;
   p.s = shape_of(x);
@@ -205,9 +218,9 @@ ResidualNormParams residual_norm_params(const at::Tensor& x, const at::Tensor& y
   p.type = dtype_of(x);
   p.x = x.data_ptr();
   p.y = y.data_ptr();
-  p.gate = g.data_ptr<float>();
-  p.shift = sh.data_ptr<float>();
-  p.scale = sc.data_ptr<float>();
+  p.gate = g.v;
+  p.shift = sh.v;
+  p.scale = sc.v;
   p.res = res.data_ptr();
   return p;
 }
@@ -219,7 +232,7 @@ std::pair<at::Tensor, at::Tensor> residual_layer_norm_modulate(const at::Tensor&
               x_in.scalar_type(), " and y ", y_in.sizes(), " ", y_in.scalar_type());
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = rows(x_in), y = rows(y_in);
-  const at::Tensor g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  const PerSample g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
   at::Tensor res = at::empty_like(x), out = at::empty_like(x);  // (N, T, D) ×2
   ResidualNormParams p = residual_norm_params(x, y, g, sh, sc, res, eps);
   p.out = out.data_ptr();
@@ -233,7 +246,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quan
               " ", x_in.scalar_type(), " and y ", y_in.sizes(), " ", y_in.scalar_type());
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = rows(x_in), y = rows(y_in);
-  const at::Tensor g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  const PerSample g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
   const int64_t R = x.size(0) * x.size(1), D = x.size(2);
   at::Tensor res = at::empty_like(x);                                              // (N, T, D)
   at::Tensor q = at::empty({R, D}, x.options().dtype(at::kFloat8_e4m3fn));         // (N·T, D)

@@ -40,11 +40,44 @@ __device__ __forceinline__ void write_partial(const float* sm, float* part, int6
   }
 }
 
+// Four channels d … d+3 of sample n's per-sample vector (block_kernels.h SampleVec), in float: a
+// bf16 or fp16 chunk converts exactly, as its float32 copy would.
+__device__ __forceinline__ void load_sample4(const SampleVec& v, int64_t n, int d, float (&o)[4]) {
+  const int64_t i = n * v.stride + d;
+  if (v.type == DType::BF16) load4(static_cast<const __nv_bfloat16*>(v.p) + i, o);
+  else if (v.type == DType::F16) load4(static_cast<const __half*>(v.p) + i, o);
+  else load4(static_cast<const float*>(v.p) + i, o);
+}
+
+// The vector index (of 4 channels) lane's j-th registers hold, clamped to the row: a lane past the
+// row's end re-reads its last vector (a valid address) and never stores it. Loads with no branch
+// around them can all be issued before the first result is used; with `if (c < D / 4)` and a switch
+// on a vector's type around each, every vector's loads waited for the previous one's (one memory
+// round trip a vector: 2.8 TB/s, 81 % of the time stalled on L1TEX; Nsight Compute, eighteenth
+// session in docs/benchmarks.md).
+__device__ __forceinline__ int clamped_vec(int lane, int j, int D4) { return min(lane + 32 * j, D4 - 1); }
+
+// o = (o − μ)·r·(1 + scale) + shift with sample vectors of one type V (their row's start)
+template <typename V, int NV>
+__device__ __forceinline__ void modulate_with(float (&o)[NV][4], const V* __restrict__ shift, const V* __restrict__ scale, int D4, int lane,
+                                              float mean, float rstd) {
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = clamped_vec(lane, j, D4);
+    float sc[4], sh[4];
+    load4(scale + 4 * c, sc);
+    load4(shift + 4 * c, sh);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
+  }
+}
+
 // ---- LayerNorm + modulate ----
 // One warp's row already in float registers o (lane holds channels 4·(lane + 32j) … +3), in place:
-// o = (o − μ)·r·(1 + scale) + shift, μ and r = 1/√(var + eps) of the row.
+// o = (o − μ)·r·(1 + scale) + shift, μ and r = 1/√(var + eps) of the row. o's registers past the
+// row's end (D4 < 32·NV) hold no channel: never summed, never stored.
 template <int NV>
-__device__ __forceinline__ void modulate_row(float (&o)[NV][4], const float* __restrict__ shift, const float* __restrict__ scale, int64_t n,
+__device__ __forceinline__ void modulate_row(float (&o)[NV][4], const SampleVec& shift, const SampleVec& scale, int64_t n,
                                              int D, float eps, int lane, float& mean, float& rstd) {
   const int D4 = D / 4;
   float s = 0;
@@ -62,30 +95,36 @@ __device__ __forceinline__ void modulate_row(float (&o)[NV][4], const float* __r
         q += d * d;
       }
   rstd = rsqrtf(warp_sum(q) / float(D) + eps);  // biased variance, as nn.LayerNorm
+  // one switch on the vectors' type, outside the loads (adaLN's chunks: one type)
+  if (shift.type == scale.type && shift.type == DType::BF16)
+    modulate_with<__nv_bfloat16, NV>(o, static_cast<const __nv_bfloat16*>(shift.p) + n * shift.stride,
+                                     static_cast<const __nv_bfloat16*>(scale.p) + n * scale.stride, D4, lane, mean, rstd);
+  else if (shift.type == scale.type && shift.type == DType::F16)
+    modulate_with<__half, NV>(o, static_cast<const __half*>(shift.p) + n * shift.stride, static_cast<const __half*>(scale.p) + n * scale.stride, D4,
+                              lane, mean, rstd);
+  else if (shift.type == scale.type)
+    modulate_with<float, NV>(o, static_cast<const float*>(shift.p) + n * shift.stride, static_cast<const float*>(scale.p) + n * scale.stride, D4,
+                             lane, mean, rstd);
+  else
 #pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = lane + 32 * j;
-    if (c < D4) {
+    for (int j = 0; j < NV; ++j) {  // two types: slower, not a layout the models make
+      const int c = clamped_vec(lane, j, D4);
       float sc[4], sh[4];
-      load4(scale + n * D + 4 * c, sc);
-      load4(shift + n * D + 4 * c, sh);
+      load_sample4(scale, n, 4 * c, sc);
+      load_sample4(shift, n, 4 * c, sh);
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
     }
-  }
 }
 
 // The row of x loaded and modulated (modulate_row): shared by the forward, which stores o, and the
 // FP8 forward, which quantizes it: the same float o in both.
 template <typename TX, int NV>
-__device__ __forceinline__ void ln_modulate_row(const TX* __restrict__ x, const float* __restrict__ shift, const float* __restrict__ scale,
+__device__ __forceinline__ void ln_modulate_row(const TX* __restrict__ x, const SampleVec& shift, const SampleVec& scale,
                                                 int64_t row, int64_t n, int D, float eps, int lane, float (&o)[NV][4], float& mean,
                                                 float& rstd) {
 #pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = lane + 32 * j;
-    if (c < D / 4) load4(x + row * D + 4 * c, o[j]);
-  }
+  for (int j = 0; j < NV; ++j) load4(x + row * D + 4 * clamped_vec(lane, j, D / 4), o[j]);
   modulate_row<NV>(o, shift, scale, n, D, eps, lane, mean, rstd);
 }
 
@@ -127,8 +166,8 @@ __device__ __forceinline__ void store_row_e4m3(uint8_t* __restrict__ q, float* _
 }
 
 template <typename TX, typename TO, int NV>
-__global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
-                                                                 const float* __restrict__ scale, TO* __restrict__ out,
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restrict__ x, const SampleVec shift, const SampleVec scale,
+                                                                 TO* __restrict__ out,
                                                                  float* __restrict__ mean_out, float* __restrict__ rstd_out,
                                                                  int64_t rows, int64_t T, int D, float eps) {
   const int lane = threadIdx.x & 31;
@@ -146,8 +185,8 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_fwd(const TX* __restr
 // FP8 sampling: the bytes and scales of quantize_rows(ln_modulate(x)) bit for bit, one read of x and
 // one e4m3 write (o never written in TO).
 template <typename TX, typename TO, int NV>
-__global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX* __restrict__ x, const float* __restrict__ shift,
-                                                                          const float* __restrict__ scale, uint8_t* __restrict__ q,
+__global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX* __restrict__ x, const SampleVec shift, const SampleVec scale,
+                                                                          uint8_t* __restrict__ q,
                                                                           float* __restrict__ qscale, int64_t rows, int64_t T, int D, float eps) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -157,13 +196,29 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX
   store_row_e4m3<TO, NV>(q, qscale, o, row, D, lane);
 }
 
+// o = x + gate·y of one row, gate of type V (the sample's vector), loads issued before use (clamped_vec)
+template <typename T, typename V, int NV>
+__device__ __forceinline__ void gated_row(const T* __restrict__ x, const T* __restrict__ y, const V* __restrict__ gate, int64_t row, int D,
+                                          int lane, float (&o)[NV][4]) {
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = clamped_vec(lane, j, D / 4);
+    float b[4], g[4];
+    load4(x + row * D + 4 * c, o[j]);
+    load4(y + row * D + 4 * c, b);
+    load4(gate + 4 * c, g);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] += g[e] * b[e];
+  }
+}
+
 // Sampling: the gated residual r = x + gate·y (stored in T, as gated_residual_fwd computes and rounds
 // it) and the next LayerNorm-modulate of r in the same pass, from r's rounded values in registers:
 // out (or, with q, its e4m3 rows) bit for bit what gated_residual_fwd then ln_modulate_fwd (then
 // quantize_rows) give, with one read of r fewer.
 template <typename T, int NV, bool QUANT>
-__global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T* __restrict__ x, const T* __restrict__ y, const float* __restrict__ gate,
-                                                                          const float* __restrict__ shift, const float* __restrict__ scale,
+__global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T* __restrict__ x, const T* __restrict__ y, const SampleVec gate,
+                                                                          const SampleVec shift, const SampleVec scale,
                                                                           T* __restrict__ res, T* __restrict__ out, uint8_t* __restrict__ q,
                                                                           float* __restrict__ qscale, int64_t rows, int64_t tokens, int D, float eps) {
   const int lane = threadIdx.x & 31;
@@ -171,19 +226,18 @@ __global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T*
   if (row >= rows) return;
   const int64_t n = row / tokens;
   float o[NV][4];
+  // o = x + gate·y (gated_residual_fwd's arithmetic), every load issued before the first use
+  // (clamped_vec); one switch on the gate's type
+  if (gate.type == DType::BF16) gated_row<T, __nv_bfloat16, NV>(x, y, static_cast<const __nv_bfloat16*>(gate.p) + n * gate.stride, row, D, lane, o);
+  else if (gate.type == DType::F16) gated_row<T, __half, NV>(x, y, static_cast<const __half*>(gate.p) + n * gate.stride, row, D, lane, o);
+  else gated_row<T, float, NV>(x, y, static_cast<const float*>(gate.p) + n * gate.stride, row, D, lane, o);
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int c = lane + 32 * j;
     if (c < D / 4) {
-      float a[4], b[4], g[4];
-      load4(x + row * D + 4 * c, a);
-      load4(y + row * D + 4 * c, b);
-      load4(gate + n * D + 4 * c, g);
+      store4(res + row * D + 4 * c, o[j]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) a[e] += g[e] * b[e];  // gated_residual_fwd's arithmetic
-      store4(res + row * D + 4 * c, a);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[j][e] = round_to<T>(a[e]);  // what ln_modulate_fwd would read back
+      for (int e = 0; e < 4; ++e) o[j][e] = round_to<T>(o[j][e]);  // what ln_modulate_fwd would read back
     }
   }
   float mean, rstd;
@@ -197,7 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T*
 template <typename TX, typename TO, int NV>
 __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
                                                                  const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
-                                                                 const float* __restrict__ scale, const TX* __restrict__ dres, TX* __restrict__ dx,
+                                                                 const SampleVec scale, const TX* __restrict__ dres, TX* __restrict__ dx,
                                                                  float* __restrict__ dscale_part, float* __restrict__ dshift_part,
                                                                  int64_t T, int D, int rows_per_chunk, int chunks) {
   extern __shared__ float sm[];  // (kWarps, D)
@@ -209,7 +263,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
   float sc[NV][4];
 #pragma unroll
   for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D4) load4(scale + n * D + 4 * (lane + 32 * j), sc[j]);
+    if (lane + 32 * j < D4) load_sample4(scale, n, 4 * (lane + 32 * j), sc[j]);
   const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
   for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
     const int64_t row = n * T + t;
@@ -278,7 +332,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
 
 // ---- gated residual ----
 template <typename TX, typename TY>
-__global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restrict__ y, const float* __restrict__ gate, TX* __restrict__ out,
+__global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restrict__ y, const SampleVec gate, TX* __restrict__ out,
                                    int64_t vecs, int64_t T, int D) {
   const int D4 = D / 4;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vecs; i += int64_t(gridDim.x) * blockDim.x) {
@@ -287,7 +341,7 @@ __global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restric
     float a[4], b[4], g[4];
     load4(x + 4 * i, a);
     load4(y + 4 * i, b);
-    load4(gate + (row / T) * D + 4 * c, g);
+    load_sample4(gate, row / T, 4 * c, g);
 #pragma unroll
     for (int e = 0; e < 4; ++e) a[e] += g[e] * b[e];
     store4(out + 4 * i, a);
@@ -296,7 +350,7 @@ __global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restric
 
 template <typename TX, typename TY, int NV>
 __global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __restrict__ dout, const TY* __restrict__ y,
-                                                                    const float* __restrict__ gate, TY* __restrict__ dy,
+                                                                    const SampleVec gate, TY* __restrict__ dy,
                                                                     float* __restrict__ dgate_part, int64_t T, int D, int rows_per_chunk,
                                                                     int chunks) {
   extern __shared__ float sm[];  // (kWarps, D)
@@ -307,7 +361,7 @@ __global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __re
   float acc[NV][4] = {}, gv[NV][4];
 #pragma unroll
   for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D4) load4(gate + n * D + 4 * (lane + 32 * j), gv[j]);
+    if (lane + 32 * j < D4) load_sample4(gate, n, 4 * (lane + 32 * j), gv[j]);
   const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
   for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
     const int64_t row = n * T + t;

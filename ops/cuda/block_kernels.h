@@ -1,7 +1,8 @@
 // Plain parameter structs of the fused DiT block kernels (no LibTorch types; ops/cuda/
 // block_cuda.cpp checks every argument and fills them). Layouts, elements (not bytes):
 //   x, y, out, dout, dres, dx, dy (rows = N·T, D) contiguous, D % 4 == 0, 16-byte aligned starts
-//   shift, scale, gate          (N, D) float32 contiguous: one vector per sample, broadcast over T
+//   shift, scale, gate          (N, D) SampleVec: one vector per sample, broadcast over T, read
+//                               where it lies (an adaLN chunk: rows 6·D apart), any kernel dtype
 //   mean, rstd                  (rows,) float32: LayerNorm statistics the forward saves
 //   dscale_part, dshift_part, dgate_part  (N, chunks, D) float32: per-chunk sums over the chunk's
 //                               tokens; block_cuda.cpp sums them over chunks (in order: deterministic)
@@ -11,6 +12,16 @@
 namespace nala::ops::cuda {
 
 enum class DType : int { F32 = 0, F16 = 1, BF16 = 2 };
+
+// A per-sample vector (shift, scale, gate): sample n's D values start at element n·stride of p, one
+// element apart, of type `type`: adaLN's output chunks read in place, with no float32 copy a chunk
+// (one launch each, 6 a DiT block). 4-element loads: p and stride keep them aligned (block_cuda.cpp
+// checks, and copies where not).
+struct SampleVec {
+  const void* p = nullptr;
+  int64_t stride = 0;  // elements between samples
+  DType type = DType::F32;
+};
 
 struct RowShape {
   int64_t N = 0;   // samples
@@ -26,8 +37,7 @@ struct LayerNormModulateParams {
   float eps = 1e-6f;
   DType x_type = DType::F32, out_type = DType::F32;
   const void* x = nullptr;
-  const float* shift = nullptr;
-  const float* scale = nullptr;
+  SampleVec shift, scale;
   void* out = nullptr;
   float* mean = nullptr;  // may be null (no backward follows)
   float* rstd = nullptr;
@@ -45,7 +55,7 @@ struct GatedResidualParams {
   DType x_type = DType::F32, y_type = DType::F32;  // out and dout have x's type
   const void* x = nullptr;
   const void* y = nullptr;
-  const float* gate = nullptr;
+  SampleVec gate;
   void* out = nullptr;
   // backward: dy = dout · gate, dgate = Σ_T dout · y (dx = dout needs no kernel)
   const void* dout = nullptr;
@@ -62,9 +72,7 @@ struct ResidualNormParams {
   DType type = DType::BF16;
   const void* x = nullptr;
   const void* y = nullptr;
-  const float* gate = nullptr;
-  const float* shift = nullptr;
-  const float* scale = nullptr;
+  SampleVec gate, shift, scale;
   void* res = nullptr;
   void* out = nullptr;
   uint8_t* q = nullptr;

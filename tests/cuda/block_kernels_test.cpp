@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -266,6 +267,65 @@ TEST_F(BlockKernels, ResidualLayerNormModulateEqualsTheTwoKernels) {
     }
   }
   EXPECT_FALSE(cuda::residual_layer_norm_modulate_supported(at::randn({1, 4, 64}, at::kCUDA), at::randn({1, 4, 64}, at::kCUDA).to(at::kBFloat16)));
+}
+
+// The per-sample vectors (shift, scale, gate) are read where adaLN's GEMM wrote them: strided
+// chunks of an (N, 6D) tensor in fp32, bf16 or fp16, no float32 copy a chunk (block_kernels.h
+// SampleVec). Every entry point, forward and backward, bit for bit what the same vectors give as
+// contiguous float32 copies (the layout the kernels took before), and a chunk whose start breaks
+// the 4-element loads' alignment (copied, as before) too. Kernels only (no GEMM): racecheck can take it.
+TEST_F(BlockKernels, PerSampleVectorsReadInPlaceEqualTheirFloatCopies) {
+  for (auto xt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (auto vt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{3, 37, 1152}, {1, 5, 72}, {2, 64, 384}}) {
+        for (int64_t offset : {int64_t(0), int64_t(1)}) {  // 1: a misaligned chunk
+          torch::manual_seed(N * T + D + offset);
+          const auto cu = at::TensorOptions().device(at::kCUDA);
+          const at::Tensor x = (at::randn({N, T, D}, cu) * 2 + 0.5).to(xt), y = at::randn({N, T, D}, cu).to(xt);  // (N, T, D)
+          const at::Tensor dout = at::randn({N, T, D}, cu).to(xt);                                                // (N, T, D)
+          const at::Tensor ada = (at::randn({N, 6 * D + offset}, cu) * 0.5).to(vt);                               // (N, 6D [+1])
+          const at::Tensor shift = ada.narrow(1, offset, D), scale = ada.narrow(1, offset + D, D), gate = ada.narrow(1, offset + 2 * D, D);  // (N, D) views
+          auto f32 = [](const at::Tensor& v) { return v.to(at::kFloat).contiguous(); };                          // (N, D)
+          const std::string what = std::string(c10::toString(xt)) + " x, " + c10::toString(vt) + " vectors, " + std::to_string(N) + "x" +
+                                   std::to_string(T) + "x" + std::to_string(D) + (offset ? ", misaligned" : "");
+          auto same = [&](const at::Tensor& a, const at::Tensor& b, const char* name) {
+            EXPECT_TRUE(at::equal(a.view(at::kByte), b.view(at::kByte))) << what << ": " << name;
+          };
+          if (cuda::layer_norm_modulate_supported(x, xt)) {
+            const auto [o, mu, rs] = cuda::layer_norm_modulate_forward(x, shift, scale, 1e-6, xt, true);
+            const auto [o2, mu2, rs2] = cuda::layer_norm_modulate_forward(x, f32(shift), f32(scale), 1e-6, xt, true);
+            same(o, o2, "LayerNorm-modulate");
+            same(mu, mu2, "mean");
+            const auto [q, qs] = cuda::layer_norm_modulate_quantize(x, shift, scale, 1e-6, xt);
+            const auto [q2, qs2] = cuda::layer_norm_modulate_quantize(x, f32(shift), f32(scale), 1e-6, xt);
+            same(q, q2, "e4m3 rows");
+            same(qs, qs2, "row scales");
+            const auto [dx, dsh, dsc] = cuda::layer_norm_modulate_backward(dout, x, mu, rs, scale, y);
+            const auto [dx2, dsh2, dsc2] = cuda::layer_norm_modulate_backward(dout, x, mu, rs, f32(scale), y);
+            same(dx, dx2, "LayerNorm-modulate dx");
+            same(dsc, dsc2, "dscale");
+          }
+          if (cuda::gated_residual_supported(x, y)) {
+            same(cuda::gated_residual_forward(x, gate, y), cuda::gated_residual_forward(x, f32(gate), y), "gated residual");
+            const auto [dy, dg] = cuda::gated_residual_backward(dout, gate, y);
+            const auto [dy2, dg2] = cuda::gated_residual_backward(dout, f32(gate), y);
+            same(dy, dy2, "gated residual dy");
+            same(dg, dg2, "dgate");
+          }
+          if (cuda::residual_layer_norm_modulate_supported(x, y)) {
+            const auto [r, o] = cuda::residual_layer_norm_modulate(x, gate, y, shift, scale, 1e-6);
+            const auto [r2, o2] = cuda::residual_layer_norm_modulate(x, f32(gate), y, f32(shift), f32(scale), 1e-6);
+            same(r, r2, "residual");
+            same(o, o2, "residual + LayerNorm-modulate");
+            const auto [rq, q, qs] = cuda::residual_layer_norm_modulate_quantize(x, gate, y, shift, scale, 1e-6);
+            const auto [rq2, q2, qs2] = cuda::residual_layer_norm_modulate_quantize(x, f32(gate), y, f32(shift), f32(scale), 1e-6);
+            same(q, q2, "residual + LayerNorm-modulate e4m3 rows");
+            same(qs, qs2, "residual + LayerNorm-modulate row scales");
+          }
+        }
+      }
+    }
+  }
 }
 
 // The sampling forward with that kernel for every gated residual (NALA_RESIDUAL_NORM_FUSED=1,
