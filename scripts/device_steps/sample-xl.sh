@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The quick same-run check of #34's sampling targets: nala's DiT-XL/2 sampling step (DDPM 250 + CFG
+# 1.5, batch 64, CUDA graphs) in bf16 and fp8 beside the official model's step under torch.compile
+# (scripts/bench_pytorch_sample.py --compile), then the duration and DRAM throughput of the
+# residual + LayerNorm-modulate kernel (Nsight Compute, three launches each). One file: sample_xl.md.
+# sample-peak adds NaLaDiT-XL/2 and the switches off.
+#   bash scripts/device_build.sh prebuilt sample-xl
+out=$1
+n=./build-device/nala
+failed=0
+run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
+{
+  run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
+  echo
+  run python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 3 --compile
+  echo
+  for dt in bf16 fp8; do
+    echo "residual_ln_modulate_fwd, $dt:"
+    ncu --clock-control none --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread \
+        --kernel-name regex:residual_ln_modulate_fwd --launch-skip 8 --launch-count 3 \
+        $n bench sample --models DiT-XL/2 --batch 64 --measure 1 --dtypes $dt --cuda-graphs off 2>&1 | grep -E "residual_ln|duration|dram__|registers" | cut -c1-140
+  done
+} > "$out/sample_xl.md" 2>&1
+grep -E "^\||FAILED|residual_ln_modulate_fwd,|duration|dram__|registers" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
+exit $failed
