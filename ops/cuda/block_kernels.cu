@@ -53,7 +53,7 @@ __device__ __forceinline__ void load_sample4(const SampleVec& v, int64_t n, int 
 // row's end re-reads its last vector (a valid address) and never stores it. Loads with no branch
 // around them can all be issued before the first result is used; with `if (c < D / 4)` and a switch
 // on a vector's type around each, every vector's loads waited for the previous one's (one memory
-// round trip a vector: 2.8 TB/s, 81 % of the time stalled on L1TEX; Nsight Compute, eighteenth
+// round trip a vector: 2.8 TB/s, 81 % of the time stalled on L1TEX; Nsight Compute, nineteenth
 // session in docs/benchmarks.md).
 __device__ __forceinline__ int clamped_vec(int lane, int j, int D4) { return min(lane + 32 * j, D4 - 1); }
 
