@@ -41,7 +41,10 @@ void set_fp8_mlp_fused(bool on);
 // one e4m3 step of the accurate kernel (LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels); measured
 // on the H200, DiT-XL/2 fp8 DDPM + CFG sampling at batch 64 with CUDA graphs: 49.9 → 49.2 ms a step,
 // forward error against fp32 5.530 → 5.526 % (docs/benchmarks.md, 2026-12-03, seventeenth session).
-// Any other value is an error.
+// Still instruction-bound (≈ 42 instructions an element, ≈ 260 µs a launch) until the 2026-12-04
+// diet (ops/cuda/quantize_fp8_kernels.cu: a product by the row's inverse scale instead of a division
+// an element, packed bf16 max and conversions, ex2/rcp in PTX; ≈ 23): 160 µs a launch at 57 % of DRAM
+// bandwidth, fp8 sampling 45.1 → 41.0 ms a step. Any other value is an error.
 bool fp8_fast_gelu();
 void set_fp8_fast_gelu(bool on);
 // FP8 sampling's LayerNorm-modulate writing the e4m3 rows of qkv's and fc1's input itself

@@ -51,11 +51,12 @@ void quantize_weight(Registered& r) {
 Fp8Rows quantize_rows_fp8_reference(const at::Tensor& x) {
   TORCH_CHECK(x.dim() == 2, "quantize_rows_fp8: needs a (rows, features) matrix, got ", x.sizes());
   const at::Tensor xf = x.to(at::kFloat);                                                   // (R, K)
-  // a tensor divisor: ATen on CUDA turns division by a Python/C++ scalar into a product with its
+  // tensor operands: ATen on CUDA turns division by a Python/C++ scalar into a product with its
   // reciprocal (1/448 is not exact), which differs from amax / 448 in the last bit of some rows
   const at::Tensor amax = xf.abs().amax(1, true).clamp_min(1e-12);                          // (R, 1)
-  const at::Tensor s = amax.div(at::full_like(amax, kE4m3Max));                             // (R, 1)
-  return {xf.div(s).clamp(-kE4m3Max, kE4m3Max).to(at::kFloat8_e4m3fn), s};                 // (R, K), (R, 1)
+  const at::Tensor e4m3_max = at::full_like(amax, kE4m3Max);                                // (R, 1)
+  const at::Tensor s = amax.div(e4m3_max), inv_s = e4m3_max.div(amax);                     // (R, 1) ×2
+  return {xf.mul(inv_s).clamp(-kE4m3Max, kE4m3Max).to(at::kFloat8_e4m3fn), s};             // (R, K), (R, 1)
 }
 
 Fp8Rows quantize_rows_fp8(const at::Tensor& x) {

@@ -1,7 +1,9 @@
 // FP8 linear layers for sampling (`nala sample --dtype fp8`): y = x Wᵀ + b with both GEMM operands
 // in float8_e4m3fn and float32 scales, one a row of x (a token) and one a row of W (an output
 // channel):
-//   s_x[r] = max(max_k |x[r, k]|, 1e-12) / 448,   q_x[r, k] = e4m3(clamp(x[r, k] / s_x[r], ±448))
+//   s_x[r] = max(max_k |x[r, k]|, 1e-12) / 448,   q_x[r, k] = e4m3(clamp(x[r, k] · i_x[r], ±448)),
+//   i_x[r] = 448 / max(max_k |x[r, k]|, 1e-12)  (a product, not a division by s_x: the kernels'
+//   division an element made them instruction-bound; i_x · s_x = 1 within a float ulp)
 //   y[r, o] = Σ_k (q_x[r, k] s_x[r]) (q_W[o, k] s_W[o]) + b[o]
 // with e4m3 rounding to nearest even (448 is e4m3's largest finite value). On CUDA the GEMM is
 // at::_scaled_mm (FP8 tensor cores, float32 accumulation, bf16 result) and the row quantization

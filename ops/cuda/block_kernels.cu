@@ -27,7 +27,7 @@ void check_launch(const char* what) {
 
 using namespace nala::cuda_vec;   // load4, store4, warp_sum
 using namespace nala::cuda_gelu;  // gelu_tanh, gelu_tanh_grad
-using namespace nala::cuda_fp8_rows;  // row_scale, to_e4m3, round_to, warp_max (ln_modulate_quantize)
+using namespace nala::cuda_fp8_rows;  // row_scale, row_inv_scale, to_e4m3x2, round_to, warp_max (ln_modulate_quantize)
 
 // Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
 // the block's partial for sample n, chunk c.
@@ -151,17 +151,15 @@ __device__ __forceinline__ void store_row_e4m3(uint8_t* __restrict__ q, float* _
         o[j][e] = round_to<TO>(o[j][e]);
         amax = max_nan(amax, fabsf(o[j][e]));
       }
-  const float s = row_scale(warp_max(amax));
-  if (lane == 0) qscale[row] = s;
+  amax = warp_max(amax);
+  if (lane == 0) qscale[row] = row_scale(amax);
+  const float inv_s = row_inv_scale(amax);
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int c = lane + 32 * j;
-    if (c < D / 4) {
-      alignas(4) uint8_t b[4];  // read back as one word
-#pragma unroll
-      for (int e = 0; e < 4; ++e) b[e] = to_e4m3(o[j][e], s);
-      *reinterpret_cast<uint32_t*>(q + row * D + 4 * c) = *reinterpret_cast<const uint32_t*>(b);
-    }
+    if (c < D / 4)
+      *reinterpret_cast<uint32_t*>(q + row * D + 4 * c) =
+          uint32_t(to_e4m3x2(o[j][0], o[j][1], inv_s)) | uint32_t(to_e4m3x2(o[j][2], o[j][3], inv_s)) << 16;
   }
 }
 

@@ -1,9 +1,14 @@
 // Row-wise FP8 (e4m3) quantization, one pass over the input (parameters: quantize_fp8_kernels.h;
 // definition: ops/linear_fp8.h). A warp owns a row: its lanes read the row in 16-byte
 // vectors, reduce max |x| across the warp, then read the row again (from L1/L2: a row is at most a
-// few KB) and write q = sat(x / s) rounded to nearest even in e4m3, s = max(amax, 1e-12) / 448.
-// The division and the rounding are those of ATen's composition (x.float() / s, clamp to ±448,
+// few KB) and write q = sat(x · i) rounded to nearest even in e4m3, i = 448 / max(amax, 1e-12).
+// The product and the rounding are those of ATen's composition (x.float() · i, clamp to ±448,
 // .to(float8_e4m3fn)), so the two agree bit for bit (tests/cuda/linear_fp8_test.cpp).
+// Instruction diet (these kernels were instruction-bound, not memory-bound: ≈ 40 instructions an
+// element in bias_gelu_quantize, 2026-12-04): 16-bit rows take max |x| two at a time on the packed
+// words (abs and max.NaN of bf16x2 / f16x2, exact: the values are already in the dtype), float rows
+// on the bit patterns (for |x| the unsigned order is the float order, and NaN's pattern lies above
+// infinity's, so NaN propagates); two floats convert to e4m3 in one instruction.
 #include "ops/cuda/quantize_fp8_kernels.h"
 
 #include "ops/cuda/fp8_rows.cuh"
@@ -16,19 +21,92 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace nala::ops::cuda {
 namespace {
 
 constexpr int kWarps = 8;  // rows a block
-using namespace nala::cuda_fp8_rows;  // row_scale, to_e4m3, round_to, warp_max
+using namespace nala::cuda_fp8_rows;  // row_scale, row_inv_scale, to_e4m3x2, max_nan, warp_max
+
+// A 16-byte vector of T as four 32-bit words: a 16-bit T packs a pair of elements a word, float one.
+template <typename T>
+constexpr int kPairs = 16 / (2 * int(sizeof(T)));  // pairs of elements a vector: 4 (16-bit), 2 (float)
 
 template <typename T>
-__device__ __forceinline__ float to_f(T v) { return float(v); }
+__device__ __forceinline__ float2 pair_at(const uint4& v, int i) {  // elements 2i and 2i + 1 in float
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+  if constexpr (std::is_same_v<T, float>) {
+    return make_float2(__uint_as_float(w[2 * i]), __uint_as_float(w[2 * i + 1]));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(w + i));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(w + i));
+  }
+}
+
+// elements 2i and 2i + 1 stored as T (round to nearest even: what storing them in T keeps)
+template <typename T>
+__device__ __forceinline__ void set_pair(uint4& v, int i, float a, float b) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+  if constexpr (std::is_same_v<T, float>) {
+    w[2 * i] = __float_as_uint(a), w[2 * i + 1] = __float_as_uint(b);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
+    w[i] = *reinterpret_cast<const uint32_t*>(&p);
+  } else {
+    const __half2 p = __floats2half2_rn(a, b);
+    w[i] = *reinterpret_cast<const uint32_t*>(&p);
+  }
+}
+
+// running max |x| of vectors of T, NaN-propagating (see the top of the file)
+template <typename T>
+struct AbsMax {
+  uint32_t m = 0;  // float: the largest |x|'s bit pattern
+  __device__ __forceinline__ void add(const uint4& v) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = max(m, w[i] & 0x7fffffffu);
+  }
+  __device__ __forceinline__ float get() const { return __uint_as_float(m); }
+};
 template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+struct AbsMax<__nv_bfloat16> {
+  __nv_bfloat162 m = __float2bfloat162_rn(0.f);
+  __device__ __forceinline__ void add(const uint4& v) {
+    const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = __hmax2_nan(m, __habs2(w[i]));
+  }
+  __device__ __forceinline__ float get() const { return max_nan(__low2float(m), __high2float(m)); }
+};
 template <>
-__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+struct AbsMax<__half> {
+  __half2 m = __float2half2_rn(0.f);
+  __device__ __forceinline__ void add(const uint4& v) {
+    const __half2* w = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) m = __hmax2_nan(m, __habs2(w[i]));
+  }
+  __device__ __forceinline__ float get() const { return max_nan(__low2float(m), __high2float(m)); }
+};
+
+// the vector's e4m3 bytes at q (8 of a 16-bit T, 4 of a float)
+template <typename T>
+__device__ __forceinline__ void store_e4m3(uint8_t* __restrict__ q, const uint4& v, float inv_s) {
+  uint32_t w[kPairs<T> / 2];
+#pragma unroll
+  for (int i = 0; i < kPairs<T>; i += 2) {
+    const float2 a = pair_at<T>(v, i), b = pair_at<T>(v, i + 1);
+    w[i / 2] = uint32_t(to_e4m3x2(a.x, a.y, inv_s)) | uint32_t(to_e4m3x2(b.x, b.y, inv_s)) << 16;
+  }
+  if constexpr (kPairs<T> == 4) {
+    *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(q) = w[0];
+  }
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __restrict__ x, int64_t R, int K, uint8_t* __restrict__ q,
@@ -39,38 +117,22 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
   if (row >= R) return;
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
   const int nvec = K / V;
-  float amax = 0.f;
-  for (int v = lane; v < nvec; v += 32) {
-    const uint4 raw = __ldg(xr + v);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < V; ++i) amax = max_nan(amax, fabsf(to_f(e[i])));
-  }
-  amax = warp_max(amax);
-  const float s = row_scale(amax);
-  if (lane == 0) scale[row] = s;
+  AbsMax<T> am;
+  for (int v = lane; v < nvec; v += 32) am.add(__ldg(xr + v));
+  const float amax = warp_max(am.get());
+  if (lane == 0) scale[row] = row_scale(amax);
+  const float inv_s = row_inv_scale(amax);
   uint8_t* qr = q + row * K;
-  for (int v = lane; v < nvec; v += 32) {
-    const uint4 raw = __ldg(xr + v);
-    const T* e = reinterpret_cast<const T*>(&raw);
-    alignas(8) uint8_t out[V];  // read back as one word
-#pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = to_e4m3(to_f(e[i]), s);
-    if constexpr (V == 8) {
-      *reinterpret_cast<uint2*>(qr + v * V) = *reinterpret_cast<const uint2*>(out);
-    } else {
-      *reinterpret_cast<uint32_t*>(qr + v * V) = *reinterpret_cast<const uint32_t*>(out);
-    }
-  }
+  for (int v = lane; v < nvec; v += 32) store_e4m3<T>(qr + v * V, __ldg(xr + v), inv_s);
 }
 
 // h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does; FAST takes
-// GELU's sigmoid form with the hardware's exp (ops/cuda/gelu.cuh gelu_tanh_fast) instead of the
+// GELU's sigmoid form with the hardware's exp2 (ops/cuda/gelu.cuh gelu_tanh_fast) instead of the
 // accurate tanhf that bias_gelu uses, which FAST = false equals bit for bit. A block of
-// kRowThreads owns a row: each thread keeps up to NV 16-byte vectors of h in registers, the block
-// reduces max |h| (warp shuffles, then one value a warp through shared memory), and the threads
-// write their vectors' e4m3 bytes. One read of x and one fp8 write, against bias_gelu's read and
-// write of h plus quantize_rows' two reads of it.
+// kRowThreads owns a row: each thread keeps up to NV 16-byte vectors of h, packed in T, in registers,
+// the block reduces max |h| (warp shuffles, then one value a warp through shared memory), and the
+// threads write their vectors' e4m3 bytes. One read of x and one fp8 write, against bias_gelu's read
+// and write of h plus quantize_rows' two reads of it.
 constexpr int kRowThreads = 128;
 template <typename T, int NV, bool FAST>
 __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(const T* __restrict__ x, const float* __restrict__ bias, int K,
@@ -79,14 +141,13 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
   const int64_t row = blockIdx.x;
   const int nvec = K / V;
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
-  float h[NV][V];
-  float amax = 0.f;
+  uint4 h[NV];  // h in T, packed as x is
+  AbsMax<T> am;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int v = threadIdx.x + j * kRowThreads;
     if (v < nvec) {
       const uint4 raw = __ldg(xr + v);
-      const T* e = reinterpret_cast<const T*>(&raw);
       float bv[V];  // the vector's V biases in 16-byte loads (the bias is 16-byte aligned: quantize_fp8.cpp)
 #pragma unroll
       for (int i = 0; i < V; i += 4) {
@@ -94,36 +155,32 @@ __global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(co
         bv[i] = b4.x, bv[i + 1] = b4.y, bv[i + 2] = b4.z, bv[i + 3] = b4.w;
       }
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float u = to_f(e[i]) + bv[i];
-        h[j][i] = round_to<T>(FAST ? nala::cuda_gelu::gelu_tanh_fast(u) : nala::cuda_gelu::gelu_tanh(u));
-        amax = max_nan(amax, fabsf(h[j][i]));
+      for (int i = 0; i < kPairs<T>; ++i) {
+        const float2 e = pair_at<T>(raw, i);
+        const float u0 = e.x + bv[2 * i], u1 = e.y + bv[2 * i + 1];
+        if constexpr (FAST) {
+          set_pair<T>(h[j], i, nala::cuda_gelu::gelu_tanh_fast(u0), nala::cuda_gelu::gelu_tanh_fast(u1));
+        } else {
+          set_pair<T>(h[j], i, nala::cuda_gelu::gelu_tanh(u0), nala::cuda_gelu::gelu_tanh(u1));
+        }
       }
+      am.add(h[j]);
     }
   }
-  amax = warp_max(amax);
+  float amax = warp_max(am.get());
   __shared__ float warp_amax[kRowThreads / 32];
   if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = amax;
   __syncthreads();
   amax = warp_amax[0];
 #pragma unroll
   for (int w = 1; w < kRowThreads / 32; ++w) amax = max_nan(amax, warp_amax[w]);
-  const float s = row_scale(amax);
-  if (threadIdx.x == 0) scale[row] = s;
+  if (threadIdx.x == 0) scale[row] = row_scale(amax);
+  const float inv_s = row_inv_scale(amax);
   uint8_t* qr = q + row * K;
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int v = threadIdx.x + j * kRowThreads;
-    if (v < nvec) {
-      alignas(8) uint8_t out[V];  // read back as one word
-#pragma unroll
-      for (int i = 0; i < V; ++i) out[i] = to_e4m3(h[j][i], s);
-      if constexpr (V == 8) {
-        *reinterpret_cast<uint2*>(qr + v * V) = *reinterpret_cast<const uint2*>(out);
-      } else {
-        *reinterpret_cast<uint32_t*>(qr + v * V) = *reinterpret_cast<const uint32_t*>(out);
-      }
-    }
+    if (v < nvec) store_e4m3<T>(qr + v * V, h[j], inv_s);
   }
 }
 

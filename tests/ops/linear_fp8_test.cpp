@@ -32,7 +32,8 @@ double e4m3_round(double v) {
   return std::copysign(r, v);
 }
 
-// the definition's steps in float32 as written: s = max(amax, 1e-12) / 448, x / s, clamp, round
+// the definition's steps in float32 as written: s = max(amax, 1e-12) / 448, i = 448 / max(amax, 1e-12),
+// x · i, clamp, round
 std::vector<double> oracle_rows(const at::Tensor& x, std::vector<float>& scales) {
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   const int64_t R = xf.size(0), K = xf.size(1);
@@ -42,10 +43,10 @@ std::vector<double> oracle_rows(const at::Tensor& x, std::vector<float>& scales)
   for (int64_t r = 0; r < R; ++r) {
     float amax = 0;
     for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(p[r * K + k]));
-    const float s = std::max(amax, 1e-12f) / 448.f;
+    const float s = std::max(amax, 1e-12f) / 448.f, inv = 448.f / std::max(amax, 1e-12f);
     scales[r] = s;
     for (int64_t k = 0; k < K; ++k) {
-      const float v = std::min(std::max(p[r * K + k] / s, -448.f), 448.f);
+      const float v = std::min(std::max(p[r * K + k] * inv, -448.f), 448.f);
       q[r * K + k] = e4m3_round(v);
     }
   }
