@@ -23,3 +23,15 @@ curves_running() {
   done
   return 1
 }
+
+# 0 while one of nala's trainings runs on this machine: its own process (argv[0] ends in /nala,
+# argv[1] is train), read from /proc. `pgrep -f "nala train"` also matches the shell whose command
+# line holds that pattern, its own caller: a device call that waited on it never ended (2026-12-04,
+# 600 s of device time).
+nala_training() {
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    tr '\0' ' ' < "$f" 2> /dev/null | grep -qE '^[^ ]*/nala train( |$)' && return 0
+  done
+  return 1
+}

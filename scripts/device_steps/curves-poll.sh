@@ -5,6 +5,10 @@
 # device call ends with it, so a lease that runs out keeps every evaluation made before it.
 #   bash scripts/device_build.sh prebuilt curves-start:SEED:MODEL,MODEL tests smoke
 #   bash scripts/device_steps/curves-poll.sh "$OUT" SEED 585
+# With CURVES_POLL_UNTIL=trained it returns once no training runs any more (the evaluations may
+# still run), so that `tests smoke` can follow in the same call without slowing a timed training:
+#   CURVES_POLL_UNTIL=trained bash scripts/device_steps/curves-poll.sh "$OUT" SEED 585; \
+#     bash scripts/device_build.sh tests smoke; bash scripts/device_steps/curves-poll.sh "$OUT" SEED $((585-SECONDS))
 # Exit status: 0 done (everything trained, evaluated and packed), 2 still running, 3 no run on this
 # machine (a fresh one: the run went with the last), 4 stopped before it was done.
 out=$1
@@ -23,7 +27,12 @@ if [ ! -d "$w" ]; then
 fi
 # waits while the run's process lives (a training that died at its start leaves failed-sSEED but the
 # others train on)
-while [ $(( $(date +%s) - t0 )) -lt "$seconds" ] && [ ! -f "$w/done-s$seed" ] && curves_running; do sleep 5; done
+until_trained=0
+case "${CURVES_POLL_UNTIL:-done}" in done) ;; trained) until_trained=1 ;; *) echo "CURVES_POLL_UNTIL must be done or trained, got '$CURVES_POLL_UNTIL'" >&2; exit 1 ;; esac
+while [ $(( $(date +%s) - t0 )) -lt "$seconds" ] && [ ! -f "$w/done-s$seed" ] && curves_running; do
+  [ $until_trained = 1 ] && ! nala_training && break
+  sleep 5
+done
 files=$(cd "$w" 2> /dev/null && ls -d *-s"$seed"/metrics.jsonl *-s"$seed"/evals *-s"$seed"/official.json *-s"$seed"/config.json *-s"$seed"/grid.png \
           *-s"$seed".train.log eval-s"$seed".log classifier.log 2> /dev/null)
 [ -n "$files" ] && (cd "$w" && tar czf "$out/partial-s$seed.tar.gz" $files)
