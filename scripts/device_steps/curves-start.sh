@@ -7,11 +7,12 @@
 # `nala train` flags, split at spaces) change curves.sh's 6,000 steps, lr 1e-3, a checkpoint every
 # 1,000 and none; curves.sh's own CURVES_* settings pass through. The equal-GPU-time run at 4,096
 # tokens (docs/experiments.md, one model alone on the GPU, 15 minutes of training, then 4–6
-# evaluations of 2,000 samples, ≈ 75 s each for DiT-S/2; batch 64: 256 would not fit at 4,096 tokens):
-#   CURVES_DIR=build-device/curves-4k CURVES_STEPS=100000 CURVES_EVERY=800 CURVES_BATCH=64 CURVES_SAMPLES=2000 \
-#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_FP8_LAST=0 CURVES_TRAIN_FLAGS="--image-size 128 --max-minutes 15" \
+# evaluations of 2,000 samples, ≈ 75 s each for DiT-S/2; batch 64: 256 would not fit at 4,096 tokens;
+# lr 3e-4 and a clip: at lr 1e-3 DiT-S/2 diverged at step 2,350, 2026-12-04):
+#   CURVES_DIR=build-device/curves-4k CURVES_STEPS=100000 CURVES_EVERY=800 CURVES_BATCH=64 CURVES_LR=3e-4 CURVES_SAMPLES=2000 \
+#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_FP8_LAST=0 CURVES_TRAIN_FLAGS="--image-size 128 --max-minutes 15 --grad-clip 1" \
 #     bash scripts/device_build.sh prebuilt curves-start:0:DiT-S/2
-# and polls with the same CURVES_DIR.
+# and polls with the same CURVES_DIR (CURVES_POLL_UNTIL=trained before `tests smoke`: curves-poll.sh).
 #   bash scripts/device_build.sh prebuilt curves-start:SEED:SiT-S/2,NaLaSiT-S/2 tests smoke; \
 #     bash scripts/device_steps/curves-poll.sh $OUT SEED $((585-SECONDS))
 # then curves-poll.sh calls back to back (the run lives on the machine: a call that comes after the
