@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "attention/cuda/tiles.cuh"
+#include "ops/cuda/ptx_math.cuh"
 
 namespace nala::attention::cuda {
 
@@ -23,16 +24,8 @@ template <bool FAST> __device__ __forceinline__ float f_tanh(float x) {
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float lg2_approx(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+using nala::cuda_ptx::ex2_approx;
+using nala::cuda_ptx::lg2_approx;
 // b^e for b > 0, else 0
 template <bool FAST> __device__ __forceinline__ float pow_pos(float b, float e) {
   if (FAST) return b > 0.f ? ex2_approx(e * lg2_approx(b)) : 0.f;

@@ -5,6 +5,7 @@
 // g(u) = ½u(1 + tanh(c(u + a·u³))), c = √(2/π), a = 0.044715 (Hendrycks & Gimpel 2016);
 // g'(u) = ½(1 + t) + ½u(1 − t²)·c(1 + 3a·u²), t = tanh(c(u + a·u³))
 #pragma once
+#include "ops/cuda/ptx_math.cuh"
 
 namespace nala::cuda_gelu {
 
@@ -27,20 +28,10 @@ __device__ __forceinline__ float gelu_tanh_grad(float u) {
 // while this form keeps them (−0 only from u ≈ −10, where 2^w overflows and its reciprocal is 0): a
 // row whose every u is that negative quantizes to other bytes, with a scale ≤ 1e-6 of a typical row's,
 // so the dequantized values differ by less than that. Finite u never gives NaN.
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float rcp_approx(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 __device__ __forceinline__ float gelu_tanh_fast(float u) {
   constexpr float k = -2.0f * 0.7978845608028654f * 1.4426950408889634f;  // −2c·log2(e)
   const float w = u * fmaf(u * u, k * 0.044715f, k);                      // −2z·log2(e)
-  return u * rcp_approx(1.0f + ex2_approx(w));
+  return u * nala::cuda_ptx::rcp_approx(1.0f + nala::cuda_ptx::ex2_approx(w));
 }
 
 }  // namespace nala::cuda_gelu

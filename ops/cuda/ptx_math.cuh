@@ -1,0 +1,25 @@
+// The hardware's approximate transcendentals as PTX (one MUFU instruction each; PTX ISA, "Floating
+// Point Instructions"), subnormal inputs and results flushed to zero: ex2.approx.ftz (2^x),
+// rcp.approx.ftz (1/x), lg2.approx.ftz (log2 x), each within a few float ulp (the ISA gives the bounds).
+// One definition for the kernels that use them (ops/cuda/gelu.cuh; attention/cuda/feature_maps.cuh).
+#pragma once
+
+namespace nala::cuda_ptx {
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace nala::cuda_ptx
