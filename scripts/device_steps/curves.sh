@@ -21,8 +21,9 @@
 # CURVES_EVAL_DURING=0 evaluates only after the trainings end, CURVES_UNGUIDED_ONLY=1 skips the
 # guided evaluations and CURVES_FP8_LAST=0 the FP8 one: the 4,096-token equal-time runs, one model a
 # call sequence, alone on the GPU:
-#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_FP8_LAST=0 CURVES_SAMPLES=2000 CURVES_DIR=build-device/curves-4k \
-#     curves.sh OUT 100000 0 DiT-S/2 1e-3 800 --image-size 128 --max-minutes 15
+#   CURVES_EVAL_DURING=0 CURVES_UNGUIDED_ONLY=1 CURVES_FP8_LAST=0 CURVES_SAMPLES=2000 CURVES_BATCH=64 CURVES_DIR=build-device/curves-4k \
+#     curves.sh OUT 100000 0 DiT-S/2 3e-4 800 --image-size 128 --max-minutes 15 --grad-clip 1
+# (lr 1e-3 diverged there at step 2,350 for DiT-S/2, 2026-12-04: docs/experiments.md item 6–7)
 # NALA_BIN / CURVES_DEVICE / CURVES_SAMPLES / CURVES_BATCH / CURVES_OFFICIAL_SAMPLER_FLAGS: a dry run
 # on the CPU build with small settings.
 set -uo pipefail
