@@ -102,7 +102,13 @@ void validate(const ModelConfig& c) {
   if (c.in_channels <= 0) bad("in_channels must be positive, got " + std::to_string(c.in_channels));
   if (c.num_classes <= 0) bad("num_classes must be positive, got " + std::to_string(c.num_classes));
   if (c.class_dropout < 0 || c.class_dropout >= 1) bad("class dropout must be in [0, 1), got " + std::to_string(c.class_dropout));
-  if (c.attention != "softmax") attention::parse_feature_map(c.attention);
+  if (c.attention != "softmax") {
+    try {
+      attention::parse_feature_map(c.attention);
+    } catch (const std::exception& e) {  // the feature maps' list lacks softmax, which a model takes too
+      bad(std::string(e.what()) + ", or softmax");
+    }
+  }
 }
 
 }  // namespace nala::models

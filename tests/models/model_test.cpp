@@ -31,6 +31,19 @@ TEST(ModelConfig, NamesAndErrors) {
   }
   c.input_size = 30;
   EXPECT_THROW(validate(c), std::runtime_error);
+  c.input_size = 32;
+  c.attention = "foo";  // names the value and every choice, softmax among them
+  try {
+    validate(c);
+    FAIL();
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'foo'"), std::string::npos) << m;
+    EXPECT_NE(m.find("softmax"), std::string::npos) << m;
+    EXPECT_NE(m.find("nala-relu"), std::string::npos) << m;
+  }
+  c.attention = "softmax";
+  EXPECT_NO_THROW(validate(c));
   auto back = config_from_json(config_to_json(model_config("NaLaDiT-S/2")));
   EXPECT_EQ(back.name, "NaLaDiT-S/2");
   EXPECT_EQ(back.nala.lepe_kernel, 5);
