@@ -87,9 +87,12 @@ struct CutlassGemm {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  // x_in (L·M, K), w (N, K), bias (N), gate rows of stride gate_ld, x and out (L·M, N): all row-major
-  static bool run(int L, int M, int N, int K, const Bf16* x_in, const Bf16* w, const Bf16* bias, const Bf16* gate, int64_t gate_ld,
-                  const Bf16* x, Bf16* out, cudaStream_t stream, std::string& why) {
+  // x_in (L·M, K), w (N, K), bias (N), gate rows of stride gate_ld, x and out (L·M, N): all row-major.
+  // prepare() checks and initializes once (TMA descriptors are made on the host), launch() only launches.
+  Gemm gemm;
+  void* workspace = nullptr;
+  bool prepare(int L, int M, int N, int K, const Bf16* x_in, const Bf16* w, const Bf16* bias, const Bf16* gate, int64_t gate_ld, const Bf16* x,
+               Bf16* out, std::string& why) {
     using StrideA = typename Kernel::StrideA;
     using StrideC = typename Kernel::StrideC;
     using StrideD = typename Kernel::StrideD;
@@ -110,28 +113,27 @@ struct CutlassGemm {
     }
     args.hw_info.device_id = 0;
     args.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(0);
-    Gemm gemm;
     if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
       why = "can_implement failed";
       return false;
     }
-    static void* workspace = nullptr;
-    static size_t workspace_size = 0;
     const size_t need = Gemm::get_workspace_size(args);
-    if (need > workspace_size) {
-      if (workspace) CHECK_CUDA(cudaFree(workspace));
-      CHECK_CUDA(cudaMalloc(&workspace, need));
-      workspace_size = need;
-    }
-    if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) {
+    if (need) CHECK_CUDA(cudaMalloc(&workspace, need));
+    if (gemm.initialize(args, workspace) != cutlass::Status::kSuccess) {
       why = "initialize failed";
       return false;
     }
-    if (gemm.run(stream) != cutlass::Status::kSuccess) {
+    return true;
+  }
+  bool launch(std::string& why) {
+    if (gemm.run() != cutlass::Status::kSuccess) {
       why = std::string("run failed: ") + cudaGetErrorString(cudaGetLastError());
       return false;
     }
     return true;
+  }
+  ~CutlassGemm() {
+    if (workspace) cudaFree(workspace);
   }
 };
 
@@ -205,22 +207,25 @@ struct LtLinear {
   }
 };
 
-// median of reps timings of f in µs, after warm-ups
-float time_us(const std::function<void()>& f, int reps = 30) {
+// µs a call of f: the median over 7 timings of 20 calls back to back (the host's launch cost hidden
+// behind the GPU's work), after warm-ups
+float time_us(const std::function<void()>& f) {
   for (int i = 0; i < 5; ++i) f();
   std::vector<float> ts;
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
+  for (int r = 0; r < 7; ++r) {
     CHECK_CUDA(cudaEventRecord(a));
-    f();
+    for (int i = 0; i < 20; ++i) f();
     CHECK_CUDA(cudaEventRecord(b));
     CHECK_CUDA(cudaEventSynchronize(b));
     float ms = 0;
     CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms * 1000.f);
+    ts.push_back(ms * 1000.f / 20);
   }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
 }
@@ -249,9 +254,12 @@ void try_config(const char* name, int L, int T, int N, int K, const Bf16* x_in, 
                 int64_t gate_ld, const Bf16* x, Bf16* out, Bf16* y, const std::vector<float>& y_ref, const std::vector<float>& ref, float t_lt,
                 float t_pass3, float t_pass2) {
   std::string why;
-  auto plain = [&] { return CutlassGemm<TileShape, ClusterShape, false>::run(L, T, N, K, x_in, w, bias, gate, gate_ld, x, y, nullptr, why); };
-  auto gated = [&] { return CutlassGemm<TileShape, ClusterShape, true>::run(L, T, N, K, x_in, w, bias, gate, gate_ld, x, out, nullptr, why); };
-  if (!plain() || !gated()) {
+  CutlassGemm<TileShape, ClusterShape, false> p;
+  CutlassGemm<TileShape, ClusterShape, true> g;
+  auto plain = [&] { return p.launch(why); };
+  auto gated = [&] { return g.launch(why); };
+  if (!p.prepare(L, T, N, K, x_in, w, bias, gate, gate_ld, x, y, why) || !g.prepare(L, T, N, K, x_in, w, bias, gate, gate_ld, x, out, why) ||
+      !plain() || !gated()) {
     std::printf("| %d | %s | – | – | – | %s |\n", K, name, why.c_str());
     return;
   }
@@ -282,7 +290,7 @@ int main() {
   }
   const int L = 128, T = 256, N = 1152;  // DiT-XL/2 sampling: batch 64 with CFG, 256 tokens, width 1,152
   const int64_t rows = int64_t(L) * T, gate_ld = 6 * N;
-  std::printf("# gated_gemm_probe  %s  rows %lld (%d samples x %d tokens), N %d, bf16; times in us (median of 30)\n", prop.name, (long long)rows, L, T, N);
+  std::printf("# gated_gemm_probe  %s  rows %lld (%d samples x %d tokens), N %d, bf16; times in us (median of 7 timings of 20 back-to-back calls)\n", prop.name, (long long)rows, L, T, N);
   std::printf("| K | path | cutlass + bias | cutlass gated | gain: (cublasLt + pass 3) - (gated + pass 2) | largest error / largest value |\n|---|---|---|---|---|---|\n");
   for (int K : {1152, 4608}) {
     __nv_bfloat16* x_in = device_random(size_t(rows) * K, 1.f, 1 + K);
