@@ -27,12 +27,10 @@ __device__ __forceinline__ float max_nan(float a, float b) { return (a > b || a 
 __device__ __forceinline__ float row_scale(float amax) { return max_nan(amax, 1e-12f) / kE4m3Max; }
 __device__ __forceinline__ float row_inv_scale(float amax) { return kE4m3Max / max_nan(amax, 1e-12f); }
 
-// clamp(v · i, ±448) then e4m3 (i = row_inv_scale): the satfinite conversion clamps (|v · i| ≤ 448
-// but for rounding) and keeps NaN NaN, where an explicit fminf/fmaxf clamp would turn NaN into −448
-__device__ __forceinline__ uint8_t to_e4m3(float v, float inv_s) {
-  return __nv_cvt_float_to_fp8(v * inv_s, __NV_SATFINITE, __NV_E4M3);
-}
-// two of them in one conversion (cvt.rn.satfinite.e4m3x2.f32): a's byte low, b's high, as stored
+// clamp(v · i, ±448) then e4m3 (i = row_inv_scale) for two values in one conversion
+// (cvt.rn.satfinite.e4m3x2.f32), a's byte low and b's high, as stored: the satfinite conversion
+// clamps (|v · i| ≤ 448 but for rounding) and keeps NaN NaN, where an explicit fminf/fmaxf clamp
+// would turn NaN into −448
 __device__ __forceinline__ uint16_t to_e4m3x2(float a, float b, float inv_s) {
   return __nv_cvt_float2_to_fp8x2(make_float2(a * inv_s, b * inv_s), __NV_SATFINITE, __NV_E4M3);
 }

@@ -71,26 +71,25 @@ struct AbsMax {
   }
   __device__ __forceinline__ float get() const { return __uint_as_float(m); }
 };
-template <>
-struct AbsMax<__nv_bfloat16> {
-  __nv_bfloat162 m = __float2bfloat162_rn(0.f);
+// 16-bit rows: the packed pairs' abs and max.NaN (T2: __nv_bfloat162 or __half2)
+template <typename T2>
+struct AbsMaxPairs {
+  T2 m = zero();
+  __device__ __forceinline__ static T2 zero() {  // the all-zero bit pattern: +0 in both halves
+    const uint32_t z = 0;
+    return *reinterpret_cast<const T2*>(&z);
+  }
   __device__ __forceinline__ void add(const uint4& v) {
-    const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&v);
+    const T2* w = reinterpret_cast<const T2*>(&v);
 #pragma unroll
     for (int i = 0; i < 4; ++i) m = __hmax2_nan(m, __habs2(w[i]));
   }
   __device__ __forceinline__ float get() const { return max_nan(__low2float(m), __high2float(m)); }
 };
 template <>
-struct AbsMax<__half> {
-  __half2 m = __float2half2_rn(0.f);
-  __device__ __forceinline__ void add(const uint4& v) {
-    const __half2* w = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) m = __hmax2_nan(m, __habs2(w[i]));
-  }
-  __device__ __forceinline__ float get() const { return max_nan(__low2float(m), __high2float(m)); }
-};
+struct AbsMax<__nv_bfloat16> : AbsMaxPairs<__nv_bfloat162> {};
+template <>
+struct AbsMax<__half> : AbsMaxPairs<__half2> {};
 
 // the vector's e4m3 bytes at q (8 of a 16-bit T, 4 of a float)
 template <typename T>
