@@ -39,7 +39,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 
-namespace gated_probe {  // named: an anonymous one beside cute's makes nvcc's host stubs ambiguous
+namespace gated_probe {  // a named namespace: an anonymous one beside cute's makes nvcc's host stubs ambiguous
 
 #define CHECK_CUDA(x)                                                                                   \
   do {                                                                                                  \

@@ -14,24 +14,22 @@ device_library_path() {
   export LD_LIBRARY_PATH="$root/build-device/lib:$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-# 0 when a curves run (scripts/device_steps/curves.sh) is running on this machine: its own process,
-# not a command line that names it (read from /proc: the machine may lack pgrep)
-curves_running() {
+# 0 when a process on this machine has a command line (its argv joined by spaces, read from /proc:
+# the machine may lack pgrep) matching the extended regex REGEX, anchored by the caller at argv[0].
+# `pgrep -f PATTERN` would also match the shell whose own command line holds the pattern, its
+# caller: a device call that waited on `pgrep -f "nala train"` never ended (2026-12-04, 600 s of
+# device time).
+process_running() {
   local f
   for f in /proc/[0-9]*/cmdline; do
-    tr '\0' ' ' < "$f" 2> /dev/null | grep -qE '^(/usr)?(/bin/)?bash [^ ]*device_steps/curves\.sh( |$)' && return 0
+    tr '\0' ' ' < "$f" 2> /dev/null | grep -qE "$1" && return 0
   done
   return 1
 }
 
-# 0 while one of nala's trainings runs on this machine: its own process (argv[0] ends in /nala,
-# argv[1] is train), read from /proc. `pgrep -f "nala train"` also matches the shell whose command
-# line holds that pattern, its own caller: a device call that waited on it never ended (2026-12-04,
-# 600 s of device time).
-nala_training() {
-  local f
-  for f in /proc/[0-9]*/cmdline; do
-    tr '\0' ' ' < "$f" 2> /dev/null | grep -qE '^[^ ]*/nala train( |$)' && return 0
-  done
-  return 1
-}
+# 0 when a curves run (scripts/device_steps/curves.sh) is running on this machine: its own process,
+# not a command line that names it
+curves_running() { process_running '^(/usr)?(/bin/)?bash [^ ]*device_steps/curves\.sh( |$)'; }
+
+# 0 while one of nala's trainings runs on this machine: argv[0] ends in /nala, argv[1] is train
+nala_training() { process_running '^[^ ]*/nala train( |$)'; }
