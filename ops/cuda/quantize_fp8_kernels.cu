@@ -19,6 +19,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -38,8 +39,8 @@ __device__ __forceinline__ float2 pair_at(const uint4& v, int i) {  // elements 
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
   if constexpr (std::is_same_v<T, float>) {
     return make_float2(__uint_as_float(w[2 * i]), __uint_as_float(w[2 * i + 1]));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(w + i));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // a bf16 is a float's high half: one shift or mask each
+    return make_float2(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
   } else {
     return __half22float2(*reinterpret_cast<const __half2*>(w + i));
   }
@@ -60,36 +61,52 @@ __device__ __forceinline__ void set_pair(uint4& v, int i, float a, float b) {
   }
 }
 
-// running max |x| of vectors of T, NaN-propagating (see the top of the file)
+// running max |x| of vectors of T, NaN-propagating (see the top of the file), kept in one 32-bit word
+// that warps reduce as it is (combine: two words' max, shuffled between lanes) and get() reads
 template <typename T>
 struct AbsMax {
   uint32_t m = 0;  // float: the largest |x|'s bit pattern
+  __device__ __forceinline__ static uint32_t combine(uint32_t a, uint32_t b) { return max(a, b); }
   __device__ __forceinline__ void add(const uint4& v) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) m = max(m, w[i] & 0x7fffffffu);
+    for (int i = 0; i < 4; ++i) m = combine(m, w[i] & 0x7fffffffu);
   }
-  __device__ __forceinline__ float get() const { return __uint_as_float(m); }
+  __device__ __forceinline__ static float get(uint32_t m) { return __uint_as_float(m); }
 };
-// 16-bit rows: the packed pairs' abs and max.NaN (T2: __nv_bfloat162 or __half2)
+// 16-bit rows: the packed pairs' abs and max.NaN (T2: __nv_bfloat162 or __half2); +0 in both halves is 0
 template <typename T2>
 struct AbsMaxPairs {
-  T2 m = zero();
-  __device__ __forceinline__ static T2 zero() {  // the all-zero bit pattern: +0 in both halves
-    const uint32_t z = 0;
-    return *reinterpret_cast<const T2*>(&z);
+  uint32_t m = 0;
+  __device__ __forceinline__ static uint32_t combine(uint32_t a, uint32_t b) {
+    const T2 r = __hmax2_nan(*reinterpret_cast<const T2*>(&a), *reinterpret_cast<const T2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
   }
   __device__ __forceinline__ void add(const uint4& v) {
     const T2* w = reinterpret_cast<const T2*>(&v);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) m = __hmax2_nan(m, __habs2(w[i]));
+    for (int i = 0; i < 4; ++i) {
+      const T2 a = __habs2(w[i]);
+      m = combine(m, *reinterpret_cast<const uint32_t*>(&a));
+    }
   }
-  __device__ __forceinline__ float get() const { return max_nan(__low2float(m), __high2float(m)); }
+  __device__ __forceinline__ static float get(uint32_t m) {
+    const T2 p = *reinterpret_cast<const T2*>(&m);
+    return max_nan(__low2float(p), __high2float(p));
+  }
 };
 template <>
 struct AbsMax<__nv_bfloat16> : AbsMaxPairs<__nv_bfloat162> {};
 template <>
 struct AbsMax<__half> : AbsMaxPairs<__half2> {};
+
+// a warp's max of its lanes' AbsMax words, in every lane
+template <typename T>
+__device__ __forceinline__ uint32_t warp_abs_max(uint32_t m) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = AbsMax<T>::combine(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
 
 // the vector's e4m3 bytes at q (8 of a 16-bit T, 4 of a float)
 template <typename T>
@@ -118,7 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
   const int nvec = K / V;
   AbsMax<T> am;
   for (int v = lane; v < nvec; v += 32) am.add(__ldg(xr + v));
-  const float amax = warp_max(am.get());
+  const float amax = AbsMax<T>::get(warp_abs_max<T>(am.m));
   if (lane == 0) scale[row] = row_scale(amax);
   const float inv_s = row_inv_scale(amax);
   uint8_t* qr = q + row * K;
@@ -127,80 +144,139 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
 
 // h = round_T(GELU_tanh(x + bias)) quantized row by row as quantize_rows_kernel does; FAST takes
 // GELU's sigmoid form with the hardware's exp2 (ops/cuda/gelu.cuh gelu_tanh_fast) instead of the
-// accurate tanhf that bias_gelu uses, which FAST = false equals bit for bit. A block of
-// kRowThreads owns a row: each thread keeps up to NV 16-byte vectors of h, packed in T, in registers,
-// the block reduces max |h| (warp shuffles, then one value a warp through shared memory), and the
-// threads write their vectors' e4m3 bytes. One read of x and one fp8 write, against bias_gelu's read
-// and write of h plus quantize_rows' two reads of it.
-constexpr int kRowThreads = 128;
-template <typename T, int NV, bool FAST>
-__global__ void __launch_bounds__(kRowThreads) bias_gelu_quantize_rows_kernel(const T* __restrict__ x, const float* __restrict__ bias, int K,
-                                                                            uint8_t* __restrict__ q, float* __restrict__ scale) {
-  constexpr int V = 16 / int(sizeof(T));  // elements a vector
-  const int64_t row = blockIdx.x;
-  const int nvec = K / V;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
-  uint4 h[NV];  // h in T, packed as x is
-  AbsMax<T> am;
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int v = threadIdx.x + j * kRowThreads;
-    if (v < nvec) {
-      const uint4 raw = __ldg(xr + v);
-      float bv[V];  // the vector's V biases in 16-byte loads (the bias is 16-byte aligned: quantize_fp8.cpp)
-#pragma unroll
-      for (int i = 0; i < V; i += 4) {
-        const float4 b4 = __ldg(reinterpret_cast<const float4*>(bias + v * V + i));
-        bv[i] = b4.x, bv[i + 1] = b4.y, bv[i + 2] = b4.z, bv[i + 3] = b4.w;
-      }
-#pragma unroll
-      for (int i = 0; i < kPairs<T>; ++i) {
-        const float2 e = pair_at<T>(raw, i);
-        const float u0 = e.x + bv[2 * i], u1 = e.y + bv[2 * i + 1];
-        if constexpr (FAST) {
-          set_pair<T>(h[j], i, nala::cuda_gelu::gelu_tanh_fast(u0), nala::cuda_gelu::gelu_tanh_fast(u1));
-        } else {
-          set_pair<T>(h[j], i, nala::cuda_gelu::gelu_tanh(u0), nala::cuda_gelu::gelu_tanh(u1));
-        }
-      }
-      am.add(h[j]);
-    }
-  }
-  float amax = warp_max(am.get());
-  __shared__ float warp_amax[kRowThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  amax = warp_amax[0];
-#pragma unroll
-  for (int w = 1; w < kRowThreads / 32; ++w) amax = max_nan(amax, warp_amax[w]);
-  if (threadIdx.x == 0) scale[row] = row_scale(amax);
-  const float inv_s = row_inv_scale(amax);
-  uint8_t* qr = q + row * K;
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int v = threadIdx.x + j * kRowThreads;
-    if (v < nvec) store_e4m3<T>(qr + v * V, h[j], inv_s);
-  }
+// accurate tanhf that bias_gelu uses, which FAST = false equals bit for bit.
+// A block of blockDim.x threads owns a row at a time and walks the rows blockIdx.x, + gridDim.x, …
+// (a persistent grid, as many blocks as fit on the GPU): thread t always handles the row's 16-byte
+// vectors t, t + blockDim.x, … (at most NV), so it loads their biases once, into registers. The row
+// is copied into shared memory by cp.async kStages − 1 rows ahead of the one being computed (each
+// thread copies the vectors it will read itself, so the copies need no barrier), and the thread
+// keeps its vectors of h, packed in T, in registers; the block reduces max |h| (warp shuffles, then
+// one value a warp through shared memory) and writes the e4m3 bytes. One read of x and one fp8 write,
+// against bias_gelu's read and write of h plus quantize_rows' two reads of it. The twentieth
+// session's one-row-a-block kernel ran at 57 % of DRAM bandwidth (160 µs for DiT-XL/2's fc1 at
+// batch 128): a block's loads, arithmetic and stores came in turn.
+constexpr int kStages = 3;           // rows a block has in shared memory: the one computed and the next two in flight
+constexpr int kRowThreadsMax = 512;  // threads a row at most (the launcher picks ≈ a sixth of the row's vectors)
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {  // cache at L2 only: x is read once
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {  // all but this thread's N newest groups have landed
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+template <typename T, int NV, bool FAST>
+__global__ void __launch_bounds__(kRowThreadsMax) bias_gelu_quantize_rows_kernel(const T* __restrict__ x, const float* __restrict__ bias, int64_t R,
+                                                                               int K, uint8_t* __restrict__ q, float* __restrict__ scale) {
+  constexpr int V = 16 / int(sizeof(T));  // elements a vector
+  extern __shared__ uint4 stage[];        // (kStages, nvec) rows of x
+  __shared__ uint32_t warp_amax[2][kRowThreadsMax / 32];  // a warp's AbsMax word; two sets, by row parity: a fast warp never overwrites what a slow one reads
+  const int nvec = K / V, nt = blockDim.x, nwarps = nt / 32;
+  float bv[NV][V];  // the biases of this thread's vectors (16-byte loads: the bias is 16-byte aligned, quantize_fp8.cpp)
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int v = threadIdx.x + j * nt;
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+      const float4 b4 = v < nvec ? __ldg(reinterpret_cast<const float4*>(bias + v * V + i)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      bv[j][i] = b4.x, bv[j][i + 1] = b4.y, bv[j][i + 2] = b4.z, bv[j][i + 3] = b4.w;
+    }
+  }
+  auto copy_row = [&](int64_t row, int s) {  // start this thread's vectors of row into stage s (an empty group past the end)
+    if (row < R) {
+      const uint4* xr = reinterpret_cast<const uint4*>(x + row * K);
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int v = threadIdx.x + j * nt;
+        if (v < nvec) cp_async16(stage + s * nvec + v, xr + v);
+      }
+    }
+    cp_async_commit();
+  };
+  const int64_t first = blockIdx.x, step = gridDim.x;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) copy_row(first + s * step, s);
+  int s = 0, parity = 0;
+  for (int64_t row = first; row < R; row += step) {
+    copy_row(row + (kStages - 1) * step, s == 0 ? kStages - 1 : s - 1);  // the stage this thread read last row
+    cp_async_wait<kStages - 1>();                                          // this row's copies have landed
+    uint4 h[NV];                                                           // h in T, packed as x is
+    AbsMax<T> am;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int v = threadIdx.x + j * nt;
+      if (v < nvec) {
+        const uint4 raw = stage[s * nvec + v];
+#pragma unroll
+        for (int i = 0; i < kPairs<T>; ++i) {
+          const float2 e = pair_at<T>(raw, i);
+          const float u0 = e.x + bv[j][2 * i], u1 = e.y + bv[j][2 * i + 1];
+          if constexpr (FAST) {
+            set_pair<T>(h[j], i, nala::cuda_gelu::gelu_tanh_fast(u0), nala::cuda_gelu::gelu_tanh_fast(u1));
+          } else {
+            set_pair<T>(h[j], i, nala::cuda_gelu::gelu_tanh(u0), nala::cuda_gelu::gelu_tanh(u1));
+          }
+        }
+        am.add(h[j]);
+      }
+    }
+    const uint32_t wm = warp_abs_max<T>(am.m);
+    if ((threadIdx.x & 31) == 0) warp_amax[parity][threadIdx.x >> 5] = wm;
+    __syncthreads();
+    const float amax = AbsMax<T>::get(warp_abs_max<T>((threadIdx.x & 31) < nwarps ? warp_amax[parity][threadIdx.x & 31] : 0u));  // 0: +0, neutral
+    if (threadIdx.x == 0) scale[row] = row_scale(amax);
+    const float inv_s = row_inv_scale(amax);
+    uint8_t* qr = q + row * K;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int v = threadIdx.x + j * nt;
+      if (v < nvec) store_e4m3<T>(qr + v * V, h[j], inv_s);
+    }
+    s = s == kStages - 1 ? 0 : s + 1;
+    parity ^= 1;
+  }
+  cp_async_wait<0>();  // never leave a copy in flight (the groups past the end are empty)
+}
+
+// threads a row: ≈ a sixth of its 16-byte vectors in whole warps, 64 … 512. Six vectors a thread (48
+// elements of a 16-bit row) spread a row's fixed work (its copies' issue, two reductions, the division
+// for the scale) thinly: at three vectors it was ≈ 8 of ≈ 23 instructions an element (SASS, sm_90).
+int row_threads(int nvec) { return std::min(kRowThreadsMax, std::max(64, (nvec + 6 * 32 - 1) / (6 * 32) * 32)); }
+
 template <typename T, int NV>
-void launch_bias_gelu_typed(const QuantizeRowsParams& p, const float* bias, bool fast, cudaStream_t st) {
-  if (fast)
-    bias_gelu_quantize_rows_kernel<T, NV, true><<<unsigned(p.R), kRowThreads, 0, st>>>(static_cast<const T*>(p.x), bias, p.K, p.q, p.scale);
-  else
-    bias_gelu_quantize_rows_kernel<T, NV, false><<<unsigned(p.R), kRowThreads, 0, st>>>(static_cast<const T*>(p.x), bias, p.K, p.q, p.scale);
-  const cudaError_t e = cudaGetLastError();
+void launch_bias_gelu_typed(const QuantizeRowsParams& p, const float* bias, bool fast, int threads, cudaStream_t st) {
+  auto kernel = fast ? bias_gelu_quantize_rows_kernel<T, NV, true> : bias_gelu_quantize_rows_kernel<T, NV, false>;
+  const size_t smem = size_t(kStages) * size_t(p.K) * sizeof(T);
+  cudaError_t e = cudaSuccess;
+  if (smem > 48 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  int device = 0, sms = 0, per_sm = 0;
+  if (e == cudaSuccess) e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  if (e == cudaSuccess && per_sm < 1)
+    throw std::runtime_error("bias_gelu_quantize_rows: a block of " + std::to_string(threads) + " threads and " + std::to_string(smem) +
+                             " bytes of shared memory does not fit on this GPU");
+  if (e == cudaSuccess) {
+    const int64_t blocks = std::min<int64_t>(p.R, int64_t(sms) * per_sm);
+    kernel<<<unsigned(blocks), threads, smem, st>>>(static_cast<const T*>(p.x), bias, p.R, p.K, p.q, p.scale);
+    e = cudaGetLastError();
+  }
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel bias_gelu_quantize_rows failed to launch: ") + cudaGetErrorString(e));
 }
 
 template <typename T>
 void launch_bias_gelu_by_width(const QuantizeRowsParams& p, const float* bias, bool fast, cudaStream_t st) {
-  const int per_thread = (p.K / (16 / int(sizeof(T))) + kRowThreads - 1) / kRowThreads;  // vectors a thread
-  if (per_thread <= 1) return launch_bias_gelu_typed<T, 1>(p, bias, fast, st);
-  if (per_thread <= 2) return launch_bias_gelu_typed<T, 2>(p, bias, fast, st);
-  if (per_thread <= 4) return launch_bias_gelu_typed<T, 4>(p, bias, fast, st);
-  if (per_thread <= 6) return launch_bias_gelu_typed<T, 6>(p, bias, fast, st);
-  if (per_thread <= 8) return launch_bias_gelu_typed<T, 8>(p, bias, fast, st);
+  const int nvec = p.K / (16 / int(sizeof(T)));
+  const int threads = row_threads(nvec);
+  const int per_thread = (nvec + threads - 1) / threads;  // vectors a thread
+  if (per_thread <= 1) return launch_bias_gelu_typed<T, 1>(p, bias, fast, threads, st);
+  if (per_thread <= 2) return launch_bias_gelu_typed<T, 2>(p, bias, fast, threads, st);
+  if (per_thread <= 3) return launch_bias_gelu_typed<T, 3>(p, bias, fast, threads, st);
+  if (per_thread <= 4) return launch_bias_gelu_typed<T, 4>(p, bias, fast, threads, st);
+  if (per_thread <= 6) return launch_bias_gelu_typed<T, 6>(p, bias, fast, threads, st);
   throw std::runtime_error("bias_gelu_quantize_rows: rows of " + std::to_string(p.K) + " elements are too long for one block");
 }
 

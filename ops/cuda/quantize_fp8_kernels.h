@@ -19,8 +19,9 @@ void launch_quantize_rows(const QuantizeRowsParams& p, void* stream);
 // The same quantization of h = GELU_tanh(x + bias) rounded to x's dtype (fc1's bias and activation
 // before fc2's FP8 GEMM; ops/linear_fp8.h bias_gelu_quantize_rows_fp8): equal bit for bit to the
 // bias_gelu kernel followed by quantize_rows (with fast_gelu, see ops/cuda/gelu.cuh), without
-// writing h and reading it back. A block owns a row and holds it in registers: K / (elements a 16-byte vector) ≤ kBiasGeluQuantizeMaxVectors.
-constexpr int kBiasGeluQuantizeMaxVectors = 1024;  // 128 threads × 8 vectors: K ≤ 8,192 in bf16 / fp16, 4,096 in float32
+// writing h and reading it back. A block owns a row at a time (a persistent grid) and holds its h in
+// registers: K / (elements a 16-byte vector) ≤ kBiasGeluQuantizeMaxVectors.
+constexpr int kBiasGeluQuantizeMaxVectors = 1024;  // K ≤ 8,192 in bf16 / fp16, 4,096 in float32
 // fast_gelu: GELU's sigmoid form with the hardware's exp (ops/cuda/gelu.cuh gelu_tanh_fast) instead
 // of bias_gelu's accurate tanhf (ops/fused_ops.h fp8_fast_gelu).
 void launch_bias_gelu_quantize_rows(const QuantizeRowsParams& p, const float* bias, bool fast_gelu, void* stream);
