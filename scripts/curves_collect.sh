@@ -3,8 +3,10 @@
 # curves.sh's curves-sSEED.tar.gz) into docs/experiments: unpacks it into DEST, strips the progress
 # bars from the training and evaluation logs (a line per carriage return; the last bar of each log
 # kept), and draws the plots and the table with scripts/experiment_curves.py plot (FD against GPU
-# seconds left out: side-by-side runs share the card, so their seconds are not speeds).
+# seconds left out: side-by-side runs share the card, so their seconds are not speeds; CURVES_ALONE=1
+# keeps it for a run that had the card to itself, the equal-time runs at 4,096 tokens).
 #   bash scripts/curves_collect.sh /work/.device/2/partial-s1.tar.gz docs/experiments/2026-12-04/curves-s1-ddpm
+#   CURVES_ALONE=1 bash scripts/curves_collect.sh /work/.device/3/partial-s0.tar.gz docs/experiments/2026-12-04/curves-4k-s0-dit
 set -euo pipefail
 tarball=$1
 dest=$2
@@ -23,5 +25,5 @@ for f in "$tmp"/*.log; do
   tr '\r' '\n' < "$f" | awk '/^ *(train|sample) \[/ {last=$0; next} {print} END {if (last != "") print last}' > "$dest/$(basename "$f")"
 done
 "$root/.venv/bin/python" "$root/scripts/experiment_curves.py" plot $(for r in $runs; do echo "$dest/$r"; done) --out "$dest"
-rm -f "$dest/fd_vs_seconds.png"
+[ "${CURVES_ALONE:-0}" = 1 ] || rm -f "$dest/fd_vs_seconds.png"
 echo "filed $(echo $runs | wc -w) runs in $dest ($(du -sh "$dest" | cut -f1))"

@@ -139,6 +139,7 @@ def plot(args):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     runs = {Path(r): read_run(Path(r)) for r in args.runs}
     out = Path(args.out)
@@ -146,6 +147,9 @@ def plot(args):
     labels = sorted({model_label(r) for r in runs})
     colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
     styles = {"unguided": "-"}   # guided: dashed; a one-checkpoint mode (unguided-fp8): a marker alone
+
+    # 200k, not 200000: six-digit ticks ran into each other (2026-12-04)
+    thousands = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1000:g}k" if abs(v) >= 1000 else f"{v:g}")
 
     def curve_plot(x_key, x_label, metric_keys, path):
         fig, axes = plt.subplots(1, len(metric_keys), figsize=(5.2 * len(metric_keys), 4), squeeze=False)
@@ -160,6 +164,7 @@ def plot(args):
                 ax.set_yscale("log")   # FD falls over a decade between the first and last checkpoints
             ax.set_xlabel(x_label)
             ax.set_ylabel(name)
+            ax.xaxis.set_major_formatter(thousands)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
         if args.title:
@@ -200,6 +205,7 @@ def plot(args):
                 ax.fill_between(x, [min(v) for v in fd], [max(v) for v in fd], color=colors[lab], alpha=0.15, lw=0)
         ax.set_yscale("log")
         ax.set_xlabel("images seen")
+        ax.xaxis.set_major_formatter(thousands)
         ax.set_ylabel("FD-FMNIST (mean over seeds; band: min to max)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
