@@ -17,7 +17,7 @@
 // (static), the gate a row broadcast whose batch stride is adaLN's row (6·1,152: the chunk in place).
 // Build (CPU machine, CUTLASS headers from the nvidia-cutlass wheel) and run (GPU machine):
 //   bash scripts/dev/build_gated_gemm_probe.sh        -> .carry/gated_gemm_probe
-//   bash scripts/device_build.sh gated-gemm-probe     (scripts/device_steps/gated-gemm-probe.sh)
+//   bash scripts/device_build.sh probe:gated_gemm_probe  (scripts/device_steps/probe.sh)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -3,7 +3,7 @@
 # H200 on this CPU machine: CUTLASS 4's headers from the nvidia-cutlass wheel (pip, the Python package
 # index; unpacked once into ~/.cache/nala-cutlass), nvcc for sm_90a, the CUDA runtime linked
 # statically and cuBLASLt from the toolkit. Writes .carry/gated_gemm_probe; the GPU machine runs it with
-# scripts/device_steps/gated-gemm-probe.sh (carry [".carry"]).
+# `bash scripts/device_build.sh probe:gated_gemm_probe` (scripts/device_steps/probe.sh; carry [".carry"]).
 #   bash scripts/dev/build_gated_gemm_probe.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
