@@ -16,6 +16,14 @@ void set_fused_block_ops(bool on);
 // other value is an error.
 bool gemm_epilogues();
 void set_gemm_epilogues(bool on);
+// Sampling's bf16/fp16 linears with a bias (qkv, proj, fc1 with GELU, fc2) through nala's own cuBLASLt
+// call with the algorithm timed (ops/cuda/gemm_epilogue.h gemm_bias): NALA_GEMM_TUNE=1 times the
+// heuristic's first 8 algorithms for each shape at its first call outside a CUDA graph capture and
+// keeps the fastest; 0 (default, until the H200 shows a gain: bench/gemm_algo_probe.cu) leaves them to
+// ATen (at::linear, at::_addmm_activation), which takes the heuristic's first. Any other value is an
+// error.
+bool gemm_tuned();
+void set_gemm_tuned(bool on);
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
 // backward and recompute it there: the block's attention, gate, tail and output projection run as

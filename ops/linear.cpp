@@ -10,6 +10,7 @@
 
 #ifdef NALA_WITH_CUDA
 #include "ops/cuda/column_sum.h"
+#include "ops/cuda/gemm_epilogue.h"
 #endif
 
 namespace nala::ops {
@@ -72,11 +73,29 @@ bool wants_grad(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
 }
 }  // namespace
 
+at::Tensor tuned_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu) {
+#ifdef NALA_WITH_CUDA
+  if (x.is_cuda() && b.defined() && gemm_tuned() && fused_block_ops() && x.dim() >= 2 && x.is_contiguous() && x.scalar_type() == w.scalar_type() &&
+      b.scalar_type() == w.scalar_type()) {  // as ATen's path, which casts nothing
+    const at::Tensor x2 = x.view({-1, x.size(-1)});  // (R, in)
+    if (cuda::gemm_epilogue_supported(x2, w)) {
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = w.size(0);
+      return cuda::gemm_bias(x2, w, b, gelu, /*tune=*/true).view(shape);  // (…, out)
+    }
+  }
+#endif
+  (void)x, (void)w, (void)b, (void)gelu;
+  return at::Tensor();
+}
+
 at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x) {
   const at::Tensor &w = m.weight, &b = m.bias;
   const bool training = wants_grad(x, w, b);
   if (!training)
     if (const Fp8Rows* q = fp8_weight(w)) return linear_fp8(x, *q, b);
+  if (!training)
+    if (at::Tensor y = tuned_linear(x, w, b, false); y.defined()) return y;  // (…, out)
   if (b.defined() && x.is_cuda() && training && fused_block_ops() && x.is_contiguous()) return linear_op(x, w, b);
   return at::linear(x, w, b);
 }

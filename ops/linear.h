@@ -20,6 +20,11 @@ namespace nala::ops {
 // gradient is wanted.
 at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x);
 inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return linear(*m, x); }
+// x Wᵀ + b, or GELU(x Wᵀ + b) with gelu, through the timed cuBLASLt algorithm (ops/cuda/gemm_epilogue.h
+// gemm_bias) where NALA_GEMM_TUNE=1 (ops/fused_ops.h gemm_tuned) and it takes the tensors: CUDA, x
+// contiguous in w's dtype (bf16/fp16), sizes multiples of 8, b defined. Undefined otherwise: the
+// caller takes ATen's path. For inference only (no autograd).
+at::Tensor tuned_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu);
 // x Wᵀ without the bias (for a fused bias + activation after it), likewise in FP8 where registered
 at::Tensor linear_without_bias(const torch::nn::LinearImpl& m, const at::Tensor& x);
 

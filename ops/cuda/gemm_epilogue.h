@@ -22,4 +22,14 @@ std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tens
 // g (R, M), w (M, N) (fc2's weight: out M = D, in N = hidden), aux (R, N) → dy (R, N)
 at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux);
 
+// y = x wᵀ + b, or GELU(x wᵀ + b) with gelu (CUBLASLT_EPILOGUE_BIAS / GELU_BIAS): sampling's linears
+// (ops/linear.cpp, ops/linear_gelu.cpp with NALA_GEMM_TUNE=1), (R, N) in x's dtype, b cast to it, as
+// at::linear and at::_addmm_activation compute them. With tune, the first call of a shape (sizes,
+// dtype, epilogue, operand alignments, device) outside a CUDA graph capture times the heuristic's
+// first 8 algorithms (one warm-up and 3 timed runs each, on the current stream) and every later call
+// takes the fastest; a call inside a capture before that takes the heuristic's first, as ATen does.
+at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu, bool tune);
+// the algorithms gemm_bias has chosen by timing so far (tests)
+int64_t gemm_tuned_shapes();
+
 }  // namespace nala::ops::cuda

@@ -12,12 +12,14 @@
 
 #include "cuda_test_util.h"
 
+#include "models/cuda_graph.h"
 #include "models/dit.h"
 #include "models/model_config.h"
 #include "ops/cuda/block_cuda.h"
 #include "ops/cuda/gemm_epilogue.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
+#include "ops/linear_gelu.h"
 #include "ops/mlp.h"
 
 using nala::test::Autocast;
@@ -35,6 +37,7 @@ class GemmEpilogue : public ::testing::Test {
   }
   void TearDown() override {  // the defaults
     ops::set_gemm_epilogues(true);
+    ops::set_gemm_tuned(false);
   }
 };
 
@@ -108,3 +111,63 @@ TEST_F(GemmEpilogue, TrainingMlpEqualsTheBiasGeluPath) {
   }
 }
 
+
+// Sampling's bias GEMM with the algorithm chosen by timing (NALA_GEMM_TUNE=1) against float64 truth
+// beside ATen's (at::linear; at::_addmm_activation with GELU), bf16 and fp16, with and without GELU:
+// the timed first call, a later call (the kept algorithm) and the untimed heuristic's first are all as
+// close to the truth as ATen's result (each is one GEMM in float accumulation rounded to the dtype once).
+TEST_F(GemmEpilogue, TunedBiasGemmMatchesFloat64LikeAten) {
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    for (bool gelu : {false, true}) {
+      for (auto [R, K, N] : {std::tuple<int64_t, int64_t, int64_t>{4096, 384, 1536}, {37, 64, 256}, {2048, 1152, 3456}}) {
+        torch::manual_seed(R + K + gelu);
+        const at::Tensor x = at::randn({R, K}, at::kCUDA).to(dt), w = (at::randn({N, K}, at::kCUDA) * 0.05).to(dt);  // (R, K), (N, K)
+        const at::Tensor b = (at::randn({N}, at::kCUDA) * 0.5).to(dt);                                           // (N)
+        at::Tensor truth = at::linear(d(x), d(w), d(b));                                                        // (R, N)
+        if (gelu) truth = at::gelu(truth, "tanh");
+        const at::Tensor aten = gelu ? at::_addmm_activation(b, x, w.t(), 1, 1, true) : at::linear(x, w, b);  // (R, N)
+        const int64_t shapes = ops::cuda::gemm_tuned_shapes();
+        const at::Tensor timed = ops::cuda::gemm_bias(x, w, b, gelu, /*tune=*/true);  // (R, N)
+        EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 1) << "a new shape is timed once";
+        const at::Tensor kept = ops::cuda::gemm_bias(x, w, b, gelu, /*tune=*/true);  // (R, N)
+        EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 1) << "a timed shape is not timed again";
+        const at::Tensor first = ops::cuda::gemm_bias(x, w, b, gelu, /*tune=*/false);  // (R, N)
+        const double e_aten = rel(aten, truth);
+        std::printf("  gemm_bias %s gelu %d %ldx%ldx%ld: vs float64 timed %.2e, kept %.2e, heuristic's first %.2e; ATen %.2e\n", c10::toString(dt),
+                    int(gelu), (long)R, (long)K, (long)N, rel(timed, truth), rel(kept, truth), rel(first, truth), e_aten);
+        for (const at::Tensor* y : {&timed, &kept, &first}) {
+          ASSERT_EQ(y->sizes(), aten.sizes());
+          EXPECT_LE(rel(*y, truth), 1.25 * e_aten + 1e-5) << dt << " gelu " << gelu << " " << R << "x" << K << "x" << N;
+        }
+      }
+    }
+  }
+}
+
+// Inside a CUDA graph capture a shape not yet timed takes the heuristic's first algorithm (timing would
+// synchronize with the host, which a capture forbids) and is not kept; the replay computes the layer.
+// ops::linear and ops::linear_gelu take the tuned GEMM in inference once NALA_GEMM_TUNE is on.
+TEST_F(GemmEpilogue, TunedLinearInGraphsAndLayers) {
+  ops::set_gemm_tuned(true);
+  torch::manual_seed(7);
+  const at::Tensor x = at::randn({3, 64, 192}, at::kCUDA).to(at::kBFloat16);  // (B, T, D)
+  torch::nn::Linear fc(torch::nn::LinearOptions(192, 768));
+  fc->to(at::kCUDA, at::kBFloat16);
+  const torch::NoGradGuard no_grad;
+  const at::Tensor ref = at::linear(x, fc->weight, fc->bias);  // (B, T, 768)
+  const int64_t shapes = ops::cuda::gemm_tuned_shapes();
+  nala::models::CudaGraph graph;
+  at::Tensor captured;
+  graph.capture([&] { captured = ops::linear(*fc, x); });
+  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes) << "no timing inside a capture";
+  graph.replay();
+  torch::cuda::synchronize();
+  EXPECT_LE(rel(captured, ref), 1e-2);
+  const at::Tensor y = ops::linear(*fc, x);  // (B, T, 768): timed now
+  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 1);
+  EXPECT_EQ(y.sizes(), ref.sizes());
+  EXPECT_LE(rel(y, ref), 1e-2);
+  const at::Tensor h = ops::linear_gelu(*fc, x);  // (B, T, 768): GELU in the epilogue, another key
+  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 2);
+  EXPECT_LE(rel(h, at::gelu(ref, "tanh")), 1e-2);
+}

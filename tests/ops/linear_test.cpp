@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include "ops/fused_ops.h"
 #include "ops/linear.h"
 
 using namespace nala::ops;
@@ -59,4 +60,17 @@ TEST(LinearOp, LinearModuleKeepsAtLinearOffCuda) {
   at::Tensor x = at::randn({2, 3, 6}, at::TensorOptions().requires_grad(true));
   at::Tensor y = linear(m, x);
   EXPECT_TRUE(at::equal(y, at::linear(x, m->weight, m->bias)));
+}
+
+TEST(LinearOp, TunedGemmSwitchLeavesTheCpuOnAten) {
+  // NALA_GEMM_TUNE=1 (ops/fused_ops.h gemm_tuned) concerns CUDA tensors alone: on the CPU
+  // tuned_linear declines (undefined) and linear() / linear_gelu() stay at::linear bit for bit
+  set_gemm_tuned(true);
+  torch::manual_seed(3);
+  torch::nn::Linear m(16, 8);
+  const torch::NoGradGuard no_grad;
+  const at::Tensor x = at::randn({2, 5, 16});  // (B, T, in)
+  EXPECT_FALSE(tuned_linear(x, m->weight, m->bias, false).defined());
+  EXPECT_TRUE(at::equal(linear(m, x), at::linear(x, m->weight, m->bias)));
+  set_gemm_tuned(false);  // the default
 }
