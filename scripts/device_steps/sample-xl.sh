@@ -8,6 +8,8 @@
 # NaLaDiT-XL/2 and the switches off.
 #   bash scripts/device_build.sh prebuilt sample-xl
 #   SAMPLE_XL_NCU="bias_gelu_quantize_rows@fp8@8 ^quantize_rows_kernel@fp8@200" bash scripts/device_build.sh prebuilt sample-xl
+# SAMPLE_XL_TUNE=1 adds nala's bf16 step with NALA_GEMM_TUNE=1 (the linears' cuBLASLt algorithms timed,
+# ops/fused_ops.h gemm_tuned) to the same run.
 out=$1
 n=./build-device/nala
 failed=0
@@ -15,6 +17,11 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
   echo
+  if [ "${SAMPLE_XL_TUNE:-0}" = 1 ]; then
+    echo "NALA_GEMM_TUNE=1:"
+    NALA_GEMM_TUNE=1 run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16 --cuda-graphs on
+    echo
+  fi
   run python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 3 --compile
   echo
   for spec in ${SAMPLE_XL_NCU:-residual_ln_modulate_fwd@bf16@8 residual_ln_modulate_fwd@fp8@8}; do
@@ -25,5 +32,5 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
         $n bench sample --models DiT-XL/2 --batch 64 --measure 1 --dtypes "$dt" --cuda-graphs off 2>&1 | grep -E "$kernel|duration|dram__|registers" | cut -c1-140
   done
 } > "$out/sample_xl.md" 2>&1
-grep -E "^\||FAILED|, (bf16|fp8|fp32):$|duration|dram__|registers" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
+grep -E "^\||FAILED|^NALA_GEMM_TUNE|, (bf16|fp8|fp32):$|duration|dram__|registers" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
 exit $failed
