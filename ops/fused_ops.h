@@ -52,7 +52,8 @@ void set_fp8_mlp_fused(bool on);
 // Still instruction-bound (≈ 42 instructions an element, ≈ 260 µs a launch) until the 2026-12-04
 // diet (ops/cuda/quantize_fp8_kernels.cu: a product by the row's inverse scale instead of a division
 // an element, packed bf16 max and conversions, ex2/rcp in PTX; ≈ 23): 160 µs a launch at 57 % of DRAM
-// bandwidth, fp8 sampling 45.1 → 41.0 ms a step. Any other value is an error.
+// bandwidth, fp8 sampling 45.1 → 41.0 ms a step; as a persistent grid staging rows by cp.async, 149 µs
+// (twenty-first session). Any other value is an error.
 bool fp8_fast_gelu();
 void set_fp8_fast_gelu(bool on);
 // FP8 sampling's LayerNorm-modulate writing the e4m3 rows of qkv's and fc1's input itself
