@@ -75,13 +75,15 @@ bool wants_grad(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
 
 at::Tensor tuned_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu) {
 #ifdef NALA_WITH_CUDA
+  // only where ATen's path would cast nothing (no autocast, one dtype) and the operands share x's device
   if (x.is_cuda() && b.defined() && gemm_tuned() && fused_block_ops() && x.dim() >= 2 && x.is_contiguous() && x.scalar_type() == w.scalar_type() &&
-      b.scalar_type() == w.scalar_type()) {  // as ATen's path, which casts nothing
+      b.scalar_type() == w.scalar_type() && w.device() == x.device() && b.device() == x.device() && !at::autocast::is_autocast_enabled(at::kCUDA)) {
     const at::Tensor x2 = x.view({-1, x.size(-1)});  // (R, in)
     if (cuda::gemm_epilogue_supported(x2, w)) {
       std::vector<int64_t> shape = x.sizes().vec();
       shape.back() = w.size(0);
-      return cuda::gemm_bias(x2, w, b, gelu, /*tune=*/true).view(shape);  // (…, out)
+      const at::Tensor y = cuda::gemm_bias(x2, w, b, gelu, /*tune=*/true);  // (R, out), undefined: no algorithm
+      if (y.defined()) return y.view(shape);                                   // (…, out)
     }
   }
 #endif

@@ -31,8 +31,13 @@ build() {
   rm -f build-device/prebuilt.txt   # what lands in build-device now is this machine's build
   py=$(command -v python3)
   prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  local cutlass=()  # CUTLASS's headers, carried compressed (scripts/prepare_carry.sh): the GEMM candidate of NALA_GEMM_TUNE
+  if [ -f .carry/cutlass-include.tar.xz ]; then
+    [ -f build-device/cutlass/include/cutlass/cutlass.h ] || { mkdir -p build-device/cutlass && tar xJf .carry/cutlass-include.tar.xz -C build-device/cutlass; }
+    cutlass=(-DNALA_CUTLASS_INCLUDE="$root/build-device/cutlass/include")
+  fi
   if [ ! -f build-device/build.ninja ]; then
-    cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DNALA_CUDA=ON -DNALA_GPU_TESTS=ON \
+    cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DNALA_CUDA=ON -DNALA_GPU_TESTS=ON "${cutlass[@]}" \
           -DPython3_EXECUTABLE="$py" -DCMAKE_PREFIX_PATH="$prefix" > "$logs/configure.log" 2>&1 \
       || { tail -30 "$logs/configure.log"; note "configure FAILED"; exit 1; }
   fi

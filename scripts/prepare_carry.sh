@@ -41,4 +41,10 @@ fetch_official() {  # NAME URL COMMIT LOCAL
 }
 fetch_official DiT https://github.com/facebookresearch/DiT ed81ce2229091fd4ecc9a223645f95cf379d582b "${OFFICIAL_DIT:-}"
 fetch_official SiT https://github.com/willisma/SiT 947f95bd3a510e9af441d38c1e9f72e0eee873c5 "${OFFICIAL_SIT:-}"
+# CUTLASS's headers for a build on the GPU machine (CMakeLists.txt NALA_CUTLASS_INCLUDE;
+# device_build.sh unpacks them), compressed: 27 MB of headers, and the carry holds 64 MiB
+if [ -f "$root/.venv/cutlass/include/cutlass/cutlass.h" ] && [ ! -f "$dst/cutlass-include.tar.xz" ]; then
+  tar cJf "$dst/cutlass-include.tar.xz.tmp" -C "$root/.venv/cutlass" include VERSION
+  mv "$dst/cutlass-include.tar.xz.tmp" "$dst/cutlass-include.tar.xz"
+fi
 du -sh "$dst"

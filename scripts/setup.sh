@@ -3,6 +3,7 @@
 #   1. Debian packages: compilers, ccache, stb, cxxopts, nlohmann-json, zlib, GoogleTest, Fashion-MNIST
 #   2. the project's Python virtual environment (.venv): torch==2.11.0 (LibTorch for the build) plus the
 #      test oracles (numpy, scipy, safetensors, pillow, diffusers, pytorch-fid, tensorboard)
+#   2b. with nvcc: CUTLASS 4 headers from the nvidia-cutlass wheel (.venv/cutlass/include)
 #   3. configure and build (build/nala)
 # A second run skips what is already there. Usage: bash scripts/setup.sh [--no-build]
 set -euo pipefail
@@ -45,6 +46,22 @@ if ! "$venv/bin/python" -c 'import torch, numpy, scipy, safetensors, PIL, pytest
   "$venv/bin/python" -m pip install -q $want
 else
   log "Python packages present"
+fi
+
+# 2b. CUTLASS 4 headers (CUDA builds only): the nvidia-cutlass wheel's include folder, unpacked into
+# .venv/cutlass/include (the wheel alone, without its Python dependencies; CMakeLists.txt finds it)
+cutlass_version=4.2.0.0
+if command -v nvcc > /dev/null && [ ! -f "$venv/cutlass/include/cutlass/cutlass.h" ]; then
+  log "fetching CUTLASS $cutlass_version headers into .venv/cutlass"
+  tmp=$(mktemp -d)
+  "$venv/bin/python" -m pip download -q --no-deps -d "$tmp" "nvidia-cutlass==$cutlass_version"
+  "$venv/bin/python" -m zipfile -e "$tmp"/nvidia_cutlass-*.whl "$tmp/unpacked"
+  [ -f "$tmp/unpacked/cutlass_library/source/include/cutlass/cutlass.h" ] || { echo "setup: no CUTLASS headers in the nvidia-cutlass wheel" >&2; exit 1; }
+  rm -rf "$venv/cutlass"
+  mkdir -p "$venv/cutlass"
+  mv "$tmp/unpacked/cutlass_library/source/include" "$venv/cutlass/include"
+  echo "$cutlass_version" > "$venv/cutlass/VERSION"
+  rm -rf "$tmp"
 fi
 
 # 3. configure and build -------------------------------------------------------------------------

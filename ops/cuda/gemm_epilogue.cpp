@@ -16,6 +16,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#ifdef NALA_WITH_CUTLASS
+#include "ops/cutlass/gemm_bias.h"
+#endif
+
 namespace nala::ops::cuda {
 namespace {
 
@@ -57,36 +61,44 @@ uint32_t alignment(const void* p) {
 // The algorithms chosen by timing (gemm_bias with tune), by shape: m, n, k, dtype, epilogue, the four
 // alignments and the device
 using TuneKey = std::tuple<int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t, uint32_t, int>;
+struct Choice {
+  bool other = false;  // the caller's other kernel (gemm_bias: CUTLASS), not cuBLASLt
+  cublasLtMatmulAlgo_t algo{};
+};
 std::mutex g_tuned_mutex;
-std::map<TuneKey, cublasLtMatmulAlgo_t> g_tuned;
+std::map<TuneKey, Choice> g_tuned;
+int64_t g_timings = 0;  // shapes timed (a cache hit adds nothing): tests
 
-// µs of one run of `run` on `stream`: the median of 3 after a warm-up (the GEMMs here take 0.1–1 ms)
-float time_us(cudaStream_t stream, const std::function<cublasStatus_t()>& run) {
-  if (run() != CUBLAS_STATUS_SUCCESS) return -1.f;
+// µs of one run of `run` on `stream`: the median of 3 after a warm-up (the GEMMs here take 0.1–1 ms);
+// −1 where a run or an event call failed (the error is cleared: the caller falls back, untimed)
+float time_us(cudaStream_t stream, const std::function<bool()>& run) {
+  if (!run()) return -1.f;
   cudaEvent_t a = nullptr, b = nullptr;
-  TORCH_CHECK(cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess, "gemm_bias: cudaEventCreate failed");
+  bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess;
   std::vector<float> ts;
-  for (int r = 0; r < 3; ++r) {
-    cudaEventRecord(a, stream);
-    const cublasStatus_t st = run();
-    cudaEventRecord(b, stream);
-    cudaEventSynchronize(b);
+  for (int r = 0; r < 3 && ok; ++r) {
+    ok = cudaEventRecord(a, stream) == cudaSuccess && run() && cudaEventRecord(b, stream) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess;
     float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    ts.push_back(st == CUBLAS_STATUS_SUCCESS ? ms * 1000.f : -1.f);
+    ok = ok && cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
+    ts.push_back(ms * 1000.f);
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  if (a) cudaEventDestroy(a);
+  if (b) cudaEventDestroy(b);
+  if (!ok) {
+    (void)cudaGetLastError();
+    return -1.f;
+  }
   std::sort(ts.begin(), ts.end());
-  return ts.front() < 0 ? -1.f : ts[1];
+  return ts[1];
 }
 
 // Runs the GEMM that `desc` describes (op, layouts a, b and d, d also C's) with the first algorithm
 // cuBLASLt's heuristic offers for operands of the given alignments (A, B, C, D), or with `tune` the
-// fastest of its first 8 (timed once a shape, outside a graph capture; see gemm_bias); false, and
-// nothing run, where it offers none.
+// fastest of its first 8 and of `other` (another kernel computing the same D, where given; it returns
+// false where it cannot run), timed once a shape outside a graph capture (see gemm_bias); false, and
+// nothing run, where cuBLASLt offers no algorithm.
 bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, const void* B, const void* C, void* D, const char* name,
-            const std::array<uint32_t, 4>& align, const TuneKey* tune = nullptr) {
+            const std::array<uint32_t, 4>& align, const TuneKey* tune = nullptr, const std::function<bool()>* other = nullptr) {
   const size_t ws_size = at::cuda::getCUDABlasLtWorkspaceSize();
   void* ws = at::cuda::getCUDABlasLtWorkspace();
   check(cublasLtMatmulPreferenceCreate(&desc.pref), "preference");
@@ -102,15 +114,23 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
     return cublasLtMatmul(handle, desc.op, alpha, A, desc.a, B, desc.b, beta, C, desc.d, D, desc.d, &algo, ws, ws_size, stream);
   };
   if (tune) {
-    std::lock_guard<std::mutex> lock(g_tuned_mutex);
+    std::unique_lock<std::mutex> lock(g_tuned_mutex);
     const auto it = g_tuned.find(*tune);
     if (it != g_tuned.end()) {
-      check(matmul(it->second), name);
+      const Choice c = it->second;
+      lock.unlock();
+      if (c.other) {
+        TORCH_CHECK(other && (*other)(), name, ": the kernel chosen by timing for this shape failed");
+      } else {
+        check(matmul(c.algo), name);
+      }
       return true;
     }
   }
+  // time only outside a capture of this stream (timing synchronizes with the host); the callers
+  // capture on the stream they run on, from one thread (models/cuda_graph.h)
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, name, ": cudaStreamIsCapturing failed");
+  if (tune) TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, name, ": cudaStreamIsCapturing failed");
   const bool timing = tune && capture == cudaStreamCaptureStatusNone;
   cublasLtMatmulHeuristicResult_t heur[8]{};
   int found = 0;
@@ -121,12 +141,27 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
   if (timing) {  // every candidate writes the same D; the best one runs last, below
     float best_us = -1.f;
     for (int i = 0; i < found; ++i) {
-      const float us = time_us(stream, [&] { return matmul(heur[i].algo); });
+      const float us = time_us(stream, [&] { return matmul(heur[i].algo) == CUBLAS_STATUS_SUCCESS; });
       if (us > 0 && (best_us < 0 || us < best_us)) best = i, best_us = us;
     }
-    TORCH_CHECK(best_us > 0, name, ": none of cuBLASLt's ", found, " algorithms ran");
-    std::lock_guard<std::mutex> lock(g_tuned_mutex);
-    g_tuned[*tune] = heur[best].algo;
+    if (best_us < 0) {  // no timing came back (an event call failed): the heuristic's first, untimed and not kept
+      check(matmul(heur[0].algo), name);
+      return true;
+    }
+    Choice choice{false, heur[best].algo};
+    if (other) {
+      const float us = time_us(stream, *other);
+      if (us > 0 && us < best_us) choice.other = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(g_tuned_mutex);
+      g_tuned[*tune] = choice;
+      ++g_timings;
+    }
+    if (choice.other) {
+      TORCH_CHECK((*other)(), name, ": the kernel chosen by timing failed");
+      return true;
+    }
   }
   check(matmul(heur[best].algo), name);
   return true;
@@ -135,8 +170,9 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
 // Column-major cuBLASLt terms: D (m, n), ld m, = op(A) (m, k) · B (k, n), with the epilogue set on
 // `desc.op` by the caller; A stored (k, m) with ld k when transposed, else (m, k) with ld m; B (k, n)
 // with ld k. A row-major (R, C) matrix is a column-major (C, R) one with ld C.
-void run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType_t dt, const void* A, const void* B, void* D,
-         const char* name, bool tune = false, int epilogue = 0) {
+// False, and nothing run, where cuBLASLt offers no algorithm.
+bool run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType_t dt, const void* A, const void* B, void* D,
+         const char* name, bool tune = false, int epilogue = 0, const std::function<bool()>* other = nullptr) {
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
@@ -148,8 +184,7 @@ void run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType
   int device = 0;
   cudaGetDevice(&device);
   const TuneKey key{m, n, k, int(dt), epilogue, align[0], align[1], align[2], align[3], device};
-  TORCH_CHECK(launch(desc, &alpha, &beta, A, B, D, D, name, align, tune ? &key : nullptr), name, ": cuBLASLt has no algorithm for m=", m,
-              " n=", n, " k=", k, " with this epilogue");
+  return launch(desc, &alpha, &beta, A, B, D, D, name, align, tune ? &key : nullptr, other);
 }
 
 bool rows16(const at::Tensor& t) { return t.size(-1) % 8 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
@@ -177,7 +212,8 @@ std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tens
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
   // column-major: hᵀ (N, R) = wᵀ-stored (K, N) transposed · xᵀ (K, R)
-  run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), h.data_ptr(), "gemm_bias_gelu_aux");
+  TORCH_CHECK(run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), h.data_ptr(), "gemm_bias_gelu_aux"),
+              "gemm_bias_gelu_aux: cuBLASLt has no algorithm for ", R, "x", K, " -> ", N, " with this epilogue");
   return {h, aux};
 }
 
@@ -196,7 +232,8 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
-  run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu");
+  TORCH_CHECK(run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu"),
+              "gemm_dgelu: cuBLASLt has no algorithm for ", R, "x", M, " -> ", N, " with this epilogue");
   return dy;
 }
 
@@ -213,14 +250,49 @@ at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   const cublasLtEpilogue_t epilogue = gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "epilogue");
   set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr(), "bias pointer");
+  // CUTLASS's GEMM as one more candidate where it is built and computes this (bf16, no GELU)
+  std::function<bool()> cutlass;
+#ifdef NALA_WITH_CUTLASS
+  if (tune && !gelu && x.scalar_type() == at::kBFloat16 && R <= 2147483647) {
+    const size_t ws_bytes = cutlass_gemm::gemm_bias_bf16_workspace(R, N, K);
+    const at::Tensor ws = at::empty({int64_t(std::max<size_t>(ws_bytes, 1))}, x.options().dtype(at::kByte));  // (bytes)
+    cutlass = [&, ws] {
+      std::string why;
+      return cutlass_gemm::gemm_bias_bf16(x.data_ptr(), w.data_ptr(), bias.data_ptr(), y.data_ptr(), R, N, K, ws.data_ptr(),
+                                          at::cuda::getCurrentCUDAStream().stream(), why);
+    };
+  }
+#endif
   // column-major: yᵀ (N, R) = w-stored (K, N) transposed · xᵀ (K, R)
-  run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), y.data_ptr(), "gemm_bias", tune, int(epilogue));
+  if (!run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), y.data_ptr(), "gemm_bias", tune, int(epilogue),
+           cutlass ? &cutlass : nullptr))
+    return at::Tensor();  // no algorithm with this epilogue: the caller takes ATen's path
   return y;
 }
 
-int64_t gemm_tuned_shapes() {
+int64_t gemm_timings() {
   std::lock_guard<std::mutex> lock(g_tuned_mutex);
-  return int64_t(g_tuned.size());
+  return g_timings;
+}
+
+void gemm_tuned_clear() {
+  std::lock_guard<std::mutex> lock(g_tuned_mutex);
+  g_tuned.clear();
+}
+
+int64_t gemm_tuned_shapes(bool other_only) {
+  std::lock_guard<std::mutex> lock(g_tuned_mutex);
+  int64_t n = 0;
+  for (const auto& [key, choice] : g_tuned) n += !other_only || choice.other;
+  return n;
+}
+
+bool gemm_cutlass_built() {
+#ifdef NALA_WITH_CUTLASS
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace nala::ops::cuda

@@ -26,10 +26,17 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
 // (ops/linear.cpp, ops/linear_gelu.cpp with NALA_GEMM_TUNE=1), (R, N) in x's dtype, b cast to it, as
 // at::linear and at::_addmm_activation compute them. With tune, the first call of a shape (sizes,
 // dtype, epilogue, operand alignments, device) outside a CUDA graph capture times the heuristic's
-// first 8 algorithms (one warm-up and 3 timed runs each, on the current stream) and every later call
-// takes the fastest; a call inside a capture before that takes the heuristic's first, as ATen does.
+// first 8 algorithms (one warm-up and 3 timed runs each, on the current stream), and, in bf16
+// without GELU where the build has CUTLASS (gemm_cutlass_built), CUTLASS's GEMM
+// (ops/cutlass/gemm_bias.h); every later call takes the fastest. A call inside a capture before that
+// takes the heuristic's first, as ATen does. Undefined where cuBLASLt offers no algorithm with the
+// epilogue (the caller takes ATen's path).
 at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu, bool tune);
-// the algorithms gemm_bias has chosen by timing so far (tests)
-int64_t gemm_tuned_shapes();
+// the shapes gemm_bias keeps a timed choice for; with other_only those where CUTLASS won (tests, benchmarks)
+int64_t gemm_tuned_shapes(bool other_only = false);
+int64_t gemm_timings();  // timings done in this process (a kept choice adds none)
+void gemm_tuned_clear();  // forgets the kept choices (tests)
+// whether this build has the CUTLASS candidate (CMakeLists.txt: NALA_CUTLASS_INCLUDE)
+bool gemm_cutlass_built();
 
 }  // namespace nala::ops::cuda

@@ -4,9 +4,12 @@
 // with the epilogues on against the same with them off (the bias-GELU kernel).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -17,6 +20,9 @@
 #include "models/model_config.h"
 #include "ops/cuda/block_cuda.h"
 #include "ops/cuda/gemm_epilogue.h"
+#ifdef NALA_WITH_CUTLASS
+#include "ops/cutlass/gemm_bias.h"
+#endif
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
 #include "ops/linear_gelu.h"
@@ -126,15 +132,18 @@ TEST_F(GemmEpilogue, TunedBiasGemmMatchesFloat64LikeAten) {
         at::Tensor truth = at::linear(d(x), d(w), d(b));                                                        // (R, N)
         if (gelu) truth = at::gelu(truth, "tanh");
         const at::Tensor aten = gelu ? at::_addmm_activation(b, x, w.t(), 1, 1, true) : at::linear(x, w, b);  // (R, N)
-        const int64_t shapes = ops::cuda::gemm_tuned_shapes();
+        ops::cuda::gemm_tuned_clear();
+        const int64_t timings = ops::cuda::gemm_timings();
         const at::Tensor timed = ops::cuda::gemm_bias(x, w, b, gelu, /*tune=*/true);  // (R, N)
-        EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 1) << "a new shape is timed once";
+        EXPECT_EQ(ops::cuda::gemm_timings(), timings + 1) << "a new shape is timed";
+        EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), 1);
         const at::Tensor kept = ops::cuda::gemm_bias(x, w, b, gelu, /*tune=*/true);  // (R, N)
-        EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 1) << "a timed shape is not timed again";
+        EXPECT_EQ(ops::cuda::gemm_timings(), timings + 1) << "a kept shape is not timed again";
         const at::Tensor first = ops::cuda::gemm_bias(x, w, b, gelu, /*tune=*/false);  // (R, N)
         const double e_aten = rel(aten, truth);
-        std::printf("  gemm_bias %s gelu %d %ldx%ldx%ld: vs float64 timed %.2e, kept %.2e, heuristic's first %.2e; ATen %.2e\n", c10::toString(dt),
-                    int(gelu), (long)R, (long)K, (long)N, rel(timed, truth), rel(kept, truth), rel(first, truth), e_aten);
+        std::printf("  gemm_bias %s gelu %d %ldx%ldx%ld: vs float64 timed %.2e, kept %.2e, heuristic's first %.2e; ATen %.2e (CUTLASS chosen: %d)\n",
+                    c10::toString(dt), int(gelu), (long)R, (long)K, (long)N, rel(timed, truth), rel(kept, truth), rel(first, truth), e_aten,
+                    int(ops::cuda::gemm_tuned_shapes(/*other_only=*/true)));
         for (const at::Tensor* y : {&timed, &kept, &first}) {
           ASSERT_EQ(y->sizes(), aten.sizes());
           EXPECT_LE(rel(*y, truth), 1.25 * e_aten + 1e-5) << dt << " gelu " << gelu << " " << R << "x" << K << "x" << N;
@@ -149,25 +158,61 @@ TEST_F(GemmEpilogue, TunedBiasGemmMatchesFloat64LikeAten) {
 // ops::linear and ops::linear_gelu take the tuned GEMM in inference once NALA_GEMM_TUNE is on.
 TEST_F(GemmEpilogue, TunedLinearInGraphsAndLayers) {
   ops::set_gemm_tuned(true);
+  ops::cuda::gemm_tuned_clear();
   torch::manual_seed(7);
   const at::Tensor x = at::randn({3, 64, 192}, at::kCUDA).to(at::kBFloat16);  // (B, T, D)
   torch::nn::Linear fc(torch::nn::LinearOptions(192, 768));
   fc->to(at::kCUDA, at::kBFloat16);
   const torch::NoGradGuard no_grad;
   const at::Tensor ref = at::linear(x, fc->weight, fc->bias);  // (B, T, 768)
-  const int64_t shapes = ops::cuda::gemm_tuned_shapes();
+  const int64_t timings = ops::cuda::gemm_timings();
   nala::models::CudaGraph graph;
   at::Tensor captured;
   graph.capture([&] { captured = ops::linear(*fc, x); });
-  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes) << "no timing inside a capture";
+  EXPECT_EQ(ops::cuda::gemm_timings(), timings) << "no timing inside a capture";
+  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), 0);
   graph.replay();
   torch::cuda::synchronize();
   EXPECT_LE(rel(captured, ref), 1e-2);
-  const at::Tensor y = ops::linear(*fc, x);  // (B, T, 768): timed now
-  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 1);
+  const at::Tensor y = ops::linear(*fc, x);  // (B, T, 768): timed now, so linear() took gemm_bias
+  EXPECT_EQ(ops::cuda::gemm_timings(), timings + 1);
   EXPECT_EQ(y.sizes(), ref.sizes());
   EXPECT_LE(rel(y, ref), 1e-2);
   const at::Tensor h = ops::linear_gelu(*fc, x);  // (B, T, 768): GELU in the epilogue, another key
-  EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), shapes + 2);
+  EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2);
   EXPECT_LE(rel(h, at::gelu(ref, "tanh")), 1e-2);
+  {  // under autocast the layer stays ATen's (which casts): nothing timed
+    const Autocast autocast(true);
+    const at::Tensor z = ops::linear(*fc, at::randn({2, 8, 192}, at::kCUDA));  // (2, 8, 768)
+    EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2);
+    EXPECT_EQ(z.scalar_type(), at::kBFloat16);
+  }
 }
+
+#ifdef NALA_WITH_CUTLASS
+// The CUTLASS GEMM alone (ops/cutlass/gemm_bias.h) against float64 truth beside cuBLASLt's (at::linear)
+// on DiT-XL/2's fc2 shape at a few rows, a row count off the 128-row tile, and a small one.
+TEST_F(GemmEpilogue, CutlassBiasGemmMatchesFloat64LikeAten) {
+  ASSERT_TRUE(ops::cuda::gemm_cutlass_built());
+  for (auto [R, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1024, 4608, 1152}, {1000, 1152, 3456}, {8, 64, 8}}) {
+    torch::manual_seed(R + K);
+    const at::Tensor x = at::randn({R, K}, at::kCUDA).to(at::kBFloat16), w = (at::randn({N, K}, at::kCUDA) * 0.05).to(at::kBFloat16);  // (R, K), (N, K)
+    const at::Tensor b = (at::randn({N}, at::kCUDA) * 0.5).to(at::kBFloat16);                                                     // (N)
+    const at::Tensor truth = at::linear(d(x), d(w), d(b)), aten = at::linear(x, w, b);                                         // (R, N) ×2
+    at::Tensor y = at::full({R, N}, std::nan(""), x.options());  // (R, N): every element must be written
+    const at::Tensor ws = at::empty({int64_t(std::max<size_t>(ops::cutlass_gemm::gemm_bias_bf16_workspace(R, N, K), 1))}, x.options().dtype(at::kByte));
+    std::string why;
+    ASSERT_TRUE(ops::cutlass_gemm::gemm_bias_bf16(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), R, N, K, ws.data_ptr(),
+                                                   at::cuda::getCurrentCUDAStream().stream(), why))
+        << why;
+    torch::cuda::synchronize();
+    std::printf("  cutlass gemm_bias %ldx%ldx%ld: vs float64 %.2e, ATen %.2e, equal to ATen's bits: %d\n", (long)R, (long)K, (long)N, rel(y, truth),
+                rel(aten, truth), int(at::equal(y, aten)));
+    EXPECT_FALSE(y.isnan().any().item<bool>());
+    EXPECT_LE(rel(y, truth), 1.25 * rel(aten, truth) + 1e-5) << R << "x" << K << "x" << N;
+  }
+  std::string why;
+  EXPECT_FALSE(ops::cutlass_gemm::gemm_bias_bf16(nullptr, nullptr, nullptr, nullptr, 16, 12, 64, nullptr, nullptr, why));  // N % 8
+  EXPECT_NE(why.find("N 12"), std::string::npos) << why;
+}
+#endif
