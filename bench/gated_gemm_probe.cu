@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/probe_util.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -41,22 +42,8 @@
 
 namespace gated_probe {  // a named namespace: an anonymous one beside cute's makes nvcc's host stubs ambiguous
 
-#define CHECK_CUDA(x)                                                                                   \
-  do {                                                                                                  \
-    cudaError_t e_ = (x);                                                                               \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));          \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-#define CHECK_LT(x)                                                                                     \
-  do {                                                                                                  \
-    cublasStatus_t s_ = (x);                                                                            \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_));           \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
+#define CHECK_CUDA PROBE_CHECK_CUDA
+#define CHECK_LT PROBE_CHECK_LT
 
 using namespace cute;
 using Bf16 = cutlass::bfloat16_t;
@@ -209,26 +196,7 @@ struct LtLinear {
 
 // µs a call of f: the median over 7 timings of 20 calls back to back (the host's launch cost hidden
 // behind the GPU's work), after warm-ups
-float time_us(const std::function<void()>& f) {
-  for (int i = 0; i < 5; ++i) f();
-  std::vector<float> ts;
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int r = 0; r < 7; ++r) {
-    CHECK_CUDA(cudaEventRecord(a));
-    for (int i = 0; i < 20; ++i) f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms * 1000.f / 20);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
+float time_us(const std::function<void()>& f) { return probe_util::median_us(f, 7, 20, 5); }
 
 __nv_bfloat16* device_random(size_t n, float scale, uint32_t seed) {
   std::vector<__nv_bfloat16> h(n);

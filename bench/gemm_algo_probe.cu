@@ -16,6 +16,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "bench/probe_util.cuh"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -26,22 +28,8 @@
 
 namespace algo_probe {
 
-#define CHECK_CUDA(x)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-#define CHECK_LT(x)                                                                           \
-  do {                                                                                        \
-    cublasStatus_t s_ = (x);                                                                  \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-      std::fprintf(stderr, "%s:%d: %s: cuBLAS status %d\n", __FILE__, __LINE__, #x, int(s_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#define CHECK_CUDA PROBE_CHECK_CUDA
+#define CHECK_LT PROBE_CHECK_LT
 
 // random operands (the tensor cores' power, and so the clock, depends on the bits they multiply):
 // bf16 uniform in (−1, 1), e4m3 any finite byte (0x7f and 0xff are NaN)
@@ -65,28 +53,10 @@ __global__ void fill_e4m3(uint8_t* p, size_t n, uint32_t seed) {
   }
 }
 
-// µs a call: the median of 5 timings of 10 calls back to back, after 3 warm-ups
+// µs a call: the median of 5 timings of 10 calls back to back, after 3 warm-ups; −1 where f fails
 float time_us(const std::function<cublasStatus_t()>& f) {
-  for (int i = 0; i < 3; ++i)
-    if (f() != CUBLAS_STATUS_SUCCESS) return -1.f;
-  CHECK_CUDA(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  std::vector<float> ts;
-  for (int r = 0; r < 5; ++r) {
-    CHECK_CUDA(cudaEventRecord(a));
-    for (int i = 0; i < 10; ++i) f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms * 100.f);  // µs a call
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  if (f() != CUBLAS_STATUS_SUCCESS) return -1.f;
+  return probe_util::median_us([&] { f(); }, 5, 10, 2);
 }
 
 // One GEMM in cuBLASLt's column-major terms: D (m, n) = op(A) (m, k) · op(B) (k, n) [+ bias (m)].

@@ -17,7 +17,7 @@ if [ ! -f "$inc/cutlass/cutlass.h" ]; then
   [ -f "$inc/cutlass/cutlass.h" ] || { echo "build_gated_gemm_probe: no CUTLASS headers in the nvidia-cutlass $version wheel" >&2; exit 1; }
 fi
 mkdir -p "$root/.carry"
-nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -DNDEBUG -I"$inc" -cudart static -o "$root/.carry/gated_gemm_probe.tmp" \
+nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -DNDEBUG -I"$root" -I"$inc" -cudart static -o "$root/.carry/gated_gemm_probe.tmp" \
   "$root/bench/gated_gemm_probe.cu" -lcublasLt
 mv "$root/.carry/gated_gemm_probe.tmp" "$root/.carry/gated_gemm_probe"
 echo "built .carry/gated_gemm_probe ($(du -h "$root/.carry/gated_gemm_probe" | cut -f1), CUTLASS $version)"

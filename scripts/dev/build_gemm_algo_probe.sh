@@ -8,6 +8,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$root/.carry"
-nvcc -std=c++17 -O3 -arch=sm_90 -cudart static -o "$root/.carry/gemm_algo_probe.tmp" "$root/bench/gemm_algo_probe.cu" -lcublasLt
+nvcc -std=c++17 -O3 -arch=sm_90 -I"$root" -cudart static -o "$root/.carry/gemm_algo_probe.tmp" "$root/bench/gemm_algo_probe.cu" -lcublasLt
 mv "$root/.carry/gemm_algo_probe.tmp" "$root/.carry/gemm_algo_probe"
 echo "built .carry/gemm_algo_probe ($(du -h "$root/.carry/gemm_algo_probe" | cut -f1))"
