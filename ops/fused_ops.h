@@ -21,7 +21,8 @@ void set_gemm_epilogues(bool on);
 // heuristic's first 8 algorithms for each shape at its first call outside a CUDA graph capture and
 // keeps the fastest; 0 (default, until the H200 shows a gain: bench/gemm_algo_probe.cu) leaves them to
 // ATen (at::linear, at::_addmm_activation), which takes the heuristic's first. Any other value is an
-// error.
+// error. Measured on the H200 (twenty-second session): DiT-XL/2 bf16 sampling 55.6 → 55.5 ms a step,
+// within run-to-run spread; NALA_GEMM_TUNE_LOG=1 prints each timed shape's candidates and choice.
 bool gemm_tuned();
 void set_gemm_tuned(bool on);
 
@@ -73,6 +74,15 @@ void set_fp8_ln_fused(bool on);
 // (docs/benchmarks.md, 2026-12-03, seventeenth session). Any other value is an error.
 bool residual_norm_fused();
 void set_residual_norm_fused(bool on);
+// That pass as a persistent grid staging each warp's next row of x and y in shared memory by
+// cp.async, the block's samples' gate, shift and scale converted to float there once
+// (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1
+// runs it, 0 (default, until the H200 times it against the one-pass kernel at 88 µs bf16 and 96 µs
+// fp8 a launch, 65 % and 53 % of DRAM bandwidth, for DiT-XL/2's 32,768 rows) keeps
+// residual_ln_modulate_fwd. The same bits either way (BlockKernels.StagedResidualNormEqualsTheOnePassKernel).
+// Any other value is an error.
+bool residual_norm_staged();
+void set_residual_norm_staged(bool on);
 
 // How many tensors backward passes have recomputed so far (the attention's state, g, y or the
 // tail's u and y: one each time), so that tests can tell that a recomputation happened.

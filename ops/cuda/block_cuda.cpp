@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "ops/cuda/block_kernels.h"
+#include "ops/fused_ops.h"
 
 namespace nala::ops::cuda {
 namespace {
@@ -222,6 +223,7 @@ ResidualNormParams residual_norm_params(const at::Tensor& x, const at::Tensor& y
   p.shift = sh.v;
   p.scale = sc.v;
   p.res = res.data_ptr();
+  p.staged = residual_norm_staged();
   return p;
 }
 }  // namespace

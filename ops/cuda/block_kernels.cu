@@ -5,13 +5,17 @@
 // CPU counterpart and formulas: ops/block_ops.cpp.
 #include "ops/cuda/block_kernels.h"
 
+#include "ops/cuda/cp_async.cuh"
 #include "ops/cuda/fp8_rows.cuh"
 #include "ops/cuda/gelu.cuh"
+#include "ops/cuda/persistent_grid.h"
 #include "ops/cuda/vec_io.cuh"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -28,6 +32,7 @@ void check_launch(const char* what) {
 using namespace nala::cuda_vec;   // load4, store4, warp_sum
 using namespace nala::cuda_gelu;  // gelu_tanh, gelu_tanh_grad
 using namespace nala::cuda_fp8_rows;  // row_scale, row_inv_scale, to_e4m3x2, round_to, warp_max (ln_modulate_quantize)
+using namespace nala::cuda_async;     // cp_async, cp_async_commit, cp_async_wait (residual_ln_modulate_staged)
 
 // Sums acc (kWarps warps × D columns, in shared memory) over the warps in warp order and writes
 // the block's partial for sample n, chunk c.
@@ -77,8 +82,7 @@ __device__ __forceinline__ void modulate_with(float (&o)[NV][4], const V* __rest
 // o = (o − μ)·r·(1 + scale) + shift, μ and r = 1/√(var + eps) of the row. o's registers past the
 // row's end (D4 < 32·NV) hold no channel: never summed, never stored.
 template <int NV>
-__device__ __forceinline__ void modulate_row(float (&o)[NV][4], const SampleVec& shift, const SampleVec& scale, int64_t n,
-                                             int D, float eps, int lane, float& mean, float& rstd) {
+__device__ __forceinline__ void row_stats(const float (&o)[NV][4], int D, float eps, int lane, float& mean, float& rstd) {
   const int D4 = D / 4;
   float s = 0;
 #pragma unroll
@@ -95,6 +99,13 @@ __device__ __forceinline__ void modulate_row(float (&o)[NV][4], const SampleVec&
         q += d * d;
       }
   rstd = rsqrtf(warp_sum(q) / float(D) + eps);  // biased variance, as nn.LayerNorm
+}
+
+template <int NV>
+__device__ __forceinline__ void modulate_row(float (&o)[NV][4], const SampleVec& shift, const SampleVec& scale, int64_t n,
+                                             int D, float eps, int lane, float& mean, float& rstd) {
+  const int D4 = D / 4;
+  row_stats<NV>(o, D, eps, lane, mean, rstd);
   // one switch on the vectors' type, outside the loads (adaLN's chunks: one type)
   if (shift.type == scale.type && shift.type == DType::BF16)
     modulate_with<__nv_bfloat16, NV>(o, static_cast<const __nv_bfloat16*>(shift.p) + n * shift.stride,
@@ -210,6 +221,20 @@ __device__ __forceinline__ void gated_row(const T* __restrict__ x, const T* __re
   }
 }
 
+// The residual r = o stored in T, and o rounded to T in place: what ln_modulate_fwd would read back
+template <typename T, int NV>
+__device__ __forceinline__ void store_residual(T* __restrict__ res, float (&o)[NV][4], int64_t row, int D, int lane) {
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = lane + 32 * j;
+    if (c < D / 4) {
+      store4(res + row * D + 4 * c, o[j]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = round_to<T>(o[j][e]);
+    }
+  }
+}
+
 // Sampling: the gated residual r = x + gate·y (stored in T, as gated_residual_fwd computes and rounds
 // it) and the next LayerNorm-modulate of r in the same pass, from r's rounded values in registers:
 // out (or, with q, its e4m3 rows) bit for bit what gated_residual_fwd then ln_modulate_fwd (then
@@ -229,19 +254,98 @@ __global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T*
   if (gate.type == DType::BF16) gated_row<T, __nv_bfloat16, NV>(x, y, static_cast<const __nv_bfloat16*>(gate.p) + n * gate.stride, row, D, lane, o);
   else if (gate.type == DType::F16) gated_row<T, __half, NV>(x, y, static_cast<const __half*>(gate.p) + n * gate.stride, row, D, lane, o);
   else gated_row<T, float, NV>(x, y, static_cast<const float*>(gate.p) + n * gate.stride, row, D, lane, o);
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = lane + 32 * j;
-    if (c < D / 4) {
-      store4(res + row * D + 4 * c, o[j]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[j][e] = round_to<T>(o[j][e]);  // what ln_modulate_fwd would read back
-    }
-  }
+  store_residual<T, NV>(res, o, row, D, lane);
   float mean, rstd;
   modulate_row<NV>(o, shift, scale, n, D, eps, lane, mean, rstd);
   if constexpr (QUANT) store_row_e4m3<T, NV>(q, qscale, o, row, D, lane);
   else store_row<T, NV>(out, o, row, D, lane);
+}
+
+// The same pass as a persistent grid that stages rows by cp.async (NALA_RESIDUAL_NORM_STAGED=1,
+// ops/fused_ops.h): block b owns rows [b·chunk, (b+1)·chunk) with chunk ≤ tokens, so at most two
+// samples, whose gate, shift and scale it converts to float into shared memory once (exactly, as
+// load4 converts them); its warps take the rows in turn, and each warp copies its next row's x and y
+// into shared memory while it computes the current one (kStagedRows rows a warp in shared memory;
+// each lane copies and reads back only its own 4-element vectors, so the copies need no barrier).
+// The arithmetic is residual_ln_modulate_fwd's, in the same order: the same bits. residual_ln_modulate_fwd
+// ran at 65 % (bf16) and 53 % (fp8) of DRAM bandwidth on the H200, 88 and 96 µs for DiT-XL/2's
+// 32,768 rows of 1,152 (twenty-second session, docs/benchmarks.md): a warp loads its row, reduces it
+// and then loads shift and scale from L2, one latency after another.
+constexpr int kStagedWarps = 8;  // warps a block
+constexpr int kStagedRows = 2;   // rows a warp has in shared memory: the one computed and the next in flight
+
+template <typename T, int NV, bool QUANT>
+__global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged(const T* __restrict__ x, const T* __restrict__ y, const SampleVec gate,
+                                                                                 const SampleVec shift, const SampleVec scale, T* __restrict__ res,
+                                                                                 T* __restrict__ out, uint8_t* __restrict__ q, float* __restrict__ qscale,
+                                                                                 int64_t rows, int64_t tokens, int D, float eps, int64_t chunk) {
+  extern __shared__ float4 staged_smem[];
+  float* vecs = reinterpret_cast<float*>(staged_smem);  // (2 samples, 3, D): gate, shift, scale in float
+  constexpr int W = kStagedWarps;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D4 = D / 4;
+  T* stage = reinterpret_cast<T*>(vecs + 6 * D) + int64_t(warp) * kStagedRows * 2 * D;  // this warp's (kStagedRows, 2, D): x, y
+  const int64_t row0 = int64_t(blockIdx.x) * chunk, row_end = min(rows, row0 + chunk);
+  auto copy_row = [&](int64_t row, int s) {  // this lane's vectors of row's x and y into stage s (an empty group past the end)
+    if (row < row_end) {
+      T* sx = stage + s * 2 * D;
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int c = lane + 32 * j;
+        if (c < D4) {
+          cp_async<4 * sizeof(T)>(sx + 4 * c, x + row * D + 4 * c);
+          cp_async<4 * sizeof(T)>(sx + D + 4 * c, y + row * D + 4 * c);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStagedRows - 1; ++s) copy_row(row0 + warp + s * W, s);
+  // the block's samples' vectors, while the first rows are in flight (chunk ≤ tokens: one or two samples)
+  const int64_t n0 = row0 / tokens;
+  const int samples = int((row_end - 1) / tokens - n0) + 1;
+  for (int i = threadIdx.x; i < samples * D4; i += blockDim.x) {
+    const int k = i / D4, c = i - k * D4;
+    float v[4];
+    load_sample4(gate, n0 + k, 4 * c, v);
+    store4(vecs + (3 * k) * D + 4 * c, v);
+    load_sample4(shift, n0 + k, 4 * c, v);
+    store4(vecs + (3 * k + 1) * D + 4 * c, v);
+    load_sample4(scale, n0 + k, 4 * c, v);
+    store4(vecs + (3 * k + 2) * D + 4 * c, v);
+  }
+  __syncthreads();
+  int s = 0;
+  for (int64_t row = row0 + warp; row < row_end; row += W) {
+    copy_row(row + (kStagedRows - 1) * W, s == 0 ? kStagedRows - 1 : s - 1);  // the stage this warp read last row
+    cp_async_wait<kStagedRows - 1>();                                           // this row's copies have landed
+    const T* sx = stage + s * 2 * D;
+    const float* g = vecs + 3 * int(row / tokens - n0) * D;  // (3, D): gate, shift, scale
+    float o[NV][4];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {  // o = x + gate·y, gated_row's arithmetic
+      const int c = lane + 32 * j;
+      if (c < D4) {
+        float b[4], gv[4];
+        load4(sx + 4 * c, o[j]);
+        load4(sx + D + 4 * c, b);
+        load4(g + 4 * c, gv);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[j][e] += gv[e] * b[e];
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[j][e] = 0.f;  // no channel: never summed, never stored
+      }
+    }
+    store_residual<T, NV>(res, o, row, D, lane);
+    float mean, rstd;
+    row_stats<NV>(o, D, eps, lane, mean, rstd);
+    modulate_with<float, NV>(o, g + D, g + 2 * D, D4, lane, mean, rstd);
+    if constexpr (QUANT) store_row_e4m3<T, NV>(q, qscale, o, row, D, lane);
+    else store_row<T, NV>(out, o, row, D, lane);
+    s = s + 1 == kStagedRows ? 0 : s + 1;
+  }
+  cp_async_wait<0>();  // never leave a copy in flight (the groups past the end are empty)
 }
 
 // x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
@@ -527,8 +631,46 @@ void launch_layer_norm_modulate_quantize(const LayerNormModulateParams& p, uint8
 
 bool residual_layer_norm_modulate_supported(DType t, int D) { return D % 4 == 0 && lane_vectors(D) > 0 && (t == DType::F32 || t == DType::BF16 || t == DType::F16); }
 
+namespace {
+std::atomic<int64_t> g_staged_launches{0};
+
+// The staged kernel where it takes the tensors (16-bit rows whose shared memory fits): false otherwise,
+// and nothing launched (the caller takes residual_ln_modulate_fwd)
+bool launch_residual_staged(const ResidualNormParams& p, int64_t rows, cudaStream_t st) {
+  if (p.type == DType::F32 || rows == 0) return false;
+  const int D = p.s.D;
+  const size_t smem = size_t(6) * D * sizeof(float) + size_t(kStagedWarps) * kStagedRows * 2 * D * 2;  // vectors + rows (16-bit)
+  const auto aligned = [](const void* a) { return reinterpret_cast<uintptr_t>(a) % 8 == 0; };  // 4 elements of 16 bits
+  if (!aligned(p.x) || !aligned(p.y)) return false;
+  bool launched = false;
+  with_type(p.type, [&](auto tt) {
+    using T = typename decltype(tt)::T;
+    if constexpr (sizeof(T) == 2) {
+      with_nv(D, [&](auto nv) {
+        constexpr int NV = decltype(nv)::value;
+        const auto kernel = p.q ? residual_ln_modulate_staged<T, NV, true> : residual_ln_modulate_staged<T, NV, false>;
+        const int per_grid = persistent_blocks(reinterpret_cast<const void*>(kernel), kStagedWarps * 32, smem);
+        if (per_grid < 1) return;  // does not fit: the one-pass kernel
+        // rows a block: the rows spread over one wave, at most a sample's tokens (≤ two samples a block)
+        const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>((rows + per_grid - 1) / per_grid, p.s.T));
+        const unsigned blocks = unsigned((rows + chunk - 1) / chunk);
+        kernel<<<blocks, kStagedWarps * 32, smem, st>>>(static_cast<const T*>(p.x), static_cast<const T*>(p.y), p.gate, p.shift, p.scale,
+                                                        static_cast<T*>(p.res), static_cast<T*>(p.out), p.q, p.qscale, rows, p.s.T, D, p.eps,
+                                                        chunk);
+        launched = true;
+        ++g_staged_launches;
+      });
+    }
+  });
+  return launched;
+}
+}  // namespace
+
+int64_t residual_staged_launches() { return g_staged_launches.load(); }
+
 void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stream) {
   const int64_t rows = p.s.N * p.s.T;
+  if (p.staged && launch_residual_staged(p, rows, cudaStream_t(stream))) return check_launch("gated_residual + layer_norm_modulate (staged)");
   const dim3 grid(unsigned((rows + kWarps - 1) / kWarps));
   with_type(p.type, [&](auto tt) {
     using T = typename decltype(tt)::T;

@@ -77,6 +77,9 @@ struct ResidualNormParams {
   void* out = nullptr;
   uint8_t* q = nullptr;
   float* qscale = nullptr;
+  // the persistent kernel that stages rows in shared memory (ops/fused_ops.h residual_norm_staged)
+  // where it takes the tensors; the same bits either way
+  bool staged = false;
 };
 
 // out = GELU_tanh(y + bias)   (fc1 of the MLP, DiT models.py uses nn.GELU(approximate="tanh"))
@@ -106,6 +109,8 @@ void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void*
 // for the next GEMM (ops/linear_fp8.h): q (rows, D) bytes, qscale (rows,) float32; p.out, mean, rstd unused.
 void launch_layer_norm_modulate_quantize(const LayerNormModulateParams& p, uint8_t* q, float* qscale, void* stream);
 bool residual_layer_norm_modulate_supported(DType t, int D);
+// launches of the staged residual kernel so far (ResidualNormParams::staged): tests see that it ran
+int64_t residual_staged_launches();
 void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stream);
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
 void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);

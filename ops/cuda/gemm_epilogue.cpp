@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -68,6 +70,15 @@ struct Choice {
 std::mutex g_tuned_mutex;
 std::map<TuneKey, Choice> g_tuned;
 int64_t g_timings = 0;  // shapes timed (a cache hit adds nothing): tests
+
+// NALA_GEMM_TUNE_LOG=1: the tuner prints what it timed (benchmarks); read once
+bool tune_log() {
+  static const bool on = [] {
+    const char* v = std::getenv("NALA_GEMM_TUNE_LOG");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
 
 // µs of one run of `run` on `stream`: the median of 3 after a warm-up (the GEMMs here take 0.1–1 ms);
 // −1 where a run or an event call failed (the error is cleared: the caller falls back, untimed)
@@ -140,19 +151,28 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
   int best = 0;
   if (timing) {  // every candidate writes the same D; the best one runs last, below
     float best_us = -1.f;
+    std::string log;  // NALA_GEMM_TUNE_LOG=1: every candidate's time, then the choice, on stderr
     for (int i = 0; i < found; ++i) {
       const float us = time_us(stream, [&] { return matmul(heur[i].algo) == CUBLAS_STATUS_SUCCESS; });
       if (us > 0 && (best_us < 0 || us < best_us)) best = i, best_us = us;
+      if (tune_log()) log += " " + std::to_string(int(us + 0.5f));
     }
     if (best_us < 0) {  // no timing came back (an event call failed): the heuristic's first, untimed and not kept
       check(matmul(heur[0].algo), name);
       return true;
     }
     Choice choice{false, heur[best].algo};
+    float other_us = -1.f;
     if (other) {
-      const float us = time_us(stream, *other);
-      if (us > 0 && us < best_us) choice.other = true;
+      other_us = time_us(stream, *other);
+      if (other_us > 0 && other_us < best_us) choice.other = true;
     }
+    if (tune_log())
+      std::fprintf(stderr, "gemm tune: %s m %lld n %lld k %lld epilogue %d: cuBLASLt µs%s (heuristic's order), other %s → %s\n", name,
+                   static_cast<long long>(std::get<0>(*tune)), static_cast<long long>(std::get<1>(*tune)),
+                   static_cast<long long>(std::get<2>(*tune)), std::get<4>(*tune), log.c_str(),
+                   other ? std::to_string(int(other_us + 0.5f)).c_str() : "none",
+                   choice.other ? "other" : ("cuBLASLt #" + std::to_string(best)).c_str());
     {
       std::lock_guard<std::mutex> lock(g_tuned_mutex);
       g_tuned[*tune] = choice;

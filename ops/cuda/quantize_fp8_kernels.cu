@@ -11,8 +11,10 @@
 // infinity's, so NaN propagates); two floats convert to e4m3 in one instruction.
 #include "ops/cuda/quantize_fp8_kernels.h"
 
+#include "ops/cuda/cp_async.cuh"
 #include "ops/cuda/fp8_rows.cuh"
 #include "ops/cuda/gelu.cuh"
+#include "ops/cuda/persistent_grid.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,6 +31,7 @@ namespace {
 
 constexpr int kWarps = 8;  // rows a block
 using namespace nala::cuda_fp8_rows;  // row_scale, row_inv_scale, to_e4m3x2, max_nan, warp_max
+using namespace nala::cuda_async;     // cp_async, cp_async_commit, cp_async_wait
 
 // A 16-byte vector of T as four 32-bit words: a 16-bit T packs a pair of elements a word, float one.
 template <typename T>
@@ -158,16 +161,6 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(const T* __r
 constexpr int kStages = 3;           // rows a block has in shared memory: the one computed and the next two in flight
 constexpr int kRowThreadsMax = 512;  // threads a row at most (the launcher picks ≈ a sixth of the row's vectors)
 
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {  // cache at L2 only: x is read once
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {  // all but this thread's N newest groups have landed
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 template <typename T, int NV, bool FAST>
 __global__ void __launch_bounds__(kRowThreadsMax) bias_gelu_quantize_rows_kernel(const T* __restrict__ x, const float* __restrict__ bias, int64_t R,
                                                                                int K, uint8_t* __restrict__ q, float* __restrict__ scale) {
@@ -191,7 +184,7 @@ __global__ void __launch_bounds__(kRowThreadsMax) bias_gelu_quantize_rows_kernel
 #pragma unroll
       for (int j = 0; j < NV; ++j) {
         const int v = threadIdx.x + j * nt;
-        if (v < nvec) cp_async16(stage + s * nvec + v, xr + v);
+        if (v < nvec) cp_async<16>(stage + s * nvec + v, xr + v);
       }
     }
     cp_async_commit();
@@ -250,22 +243,16 @@ template <typename T, int NV>
 void launch_bias_gelu_typed(const QuantizeRowsParams& p, const float* bias, bool fast, int threads, cudaStream_t st) {
   auto kernel = fast ? bias_gelu_quantize_rows_kernel<T, NV, true> : bias_gelu_quantize_rows_kernel<T, NV, false>;
   const size_t smem = size_t(kStages) * size_t(p.K) * sizeof(T);
-  cudaError_t e = cudaSuccess;
   // the 48 KB a block gets without asking counts the static warp_amax too: 3 stages of a 16 KB row
-  // (8,192 bf16) asked for exactly 48 KB of dynamic memory and the launch failed (2026-12-04)
-  if (smem > 32 * 1024) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  int device = 0, sms = 0, per_sm = 0;
-  if (e == cudaSuccess) e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
-  if (e == cudaSuccess && per_sm < 1)
+  // (8,192 bf16) asked for exactly 48 KB of dynamic memory and the launch failed (2026-12-04);
+  // persistent_blocks raises the limit
+  const int fit = persistent_blocks(reinterpret_cast<const void*>(kernel), threads, smem, "bias_gelu_quantize_rows");
+  if (fit < 1)
     throw std::runtime_error("bias_gelu_quantize_rows: a block of " + std::to_string(threads) + " threads and " + std::to_string(smem) +
                              " bytes of shared memory does not fit on this GPU");
-  if (e == cudaSuccess) {
-    const int64_t blocks = std::min<int64_t>(p.R, int64_t(sms) * per_sm);
-    kernel<<<unsigned(blocks), threads, smem, st>>>(static_cast<const T*>(p.x), bias, p.R, p.K, p.q, p.scale);
-    e = cudaGetLastError();
-  }
+  const int64_t blocks = std::min<int64_t>(p.R, fit);
+  kernel<<<unsigned(blocks), threads, smem, st>>>(static_cast<const T*>(p.x), bias, p.R, p.K, p.q, p.scale);
+  const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel bias_gelu_quantize_rows failed to launch: ") + cudaGetErrorString(e));
 }
 

@@ -4,12 +4,15 @@
 # (scripts/bench_pytorch_sample.py --compile), then the duration and DRAM throughput of row
 # kernels (Nsight Compute, three launches each): SAMPLE_XL_NCU lists KERNEL_REGEX@DTYPE@SKIP (launches
 # skipped first; registering the weights launches quantize_rows_kernel over a hundred times), by default the
-# residual + LayerNorm-modulate kernel in bf16 and fp8. One file: sample_xl.md. sample-peak adds
+# residual + LayerNorm-modulate kernel in bf16 and fp8, one-pass and staged. One file: sample_xl.md. sample-peak adds
 # NaLaDiT-XL/2 and the switches off.
 #   bash scripts/device_build.sh prebuilt sample-xl
 #   SAMPLE_XL_NCU="bias_gelu_quantize_rows@fp8@8 ^quantize_rows_kernel@fp8@200" bash scripts/device_build.sh prebuilt sample-xl
-# SAMPLE_XL_TUNE=1 adds nala's bf16 step with NALA_GEMM_TUNE=1 (the linears' cuBLASLt algorithms timed,
-# ops/fused_ops.h gemm_tuned) to the same run.
+# SAMPLE_XL_ENV lists switch settings to time in the same run, each nala's bf16 and fp8 steps again with
+# them set: entries apart by spaces, one entry's variables by commas, e.g.
+#   SAMPLE_XL_ENV="NALA_RESIDUAL_NORM_STAGED=1 NALA_GEMM_TUNE=1,NALA_GEMM_TUNE_LOG=1" (ops/fused_ops.h).
+# SAMPLE_XL_TUNE=1 is SAMPLE_XL_ENV="NALA_GEMM_TUNE=1". A SAMPLE_XL_NCU entry may end in @VAR=1[,VAR=1]
+# to profile with those switches set.
 out=$1
 n=./build-device/nala
 failed=0
@@ -17,20 +20,22 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
   echo
-  if [ "${SAMPLE_XL_TUNE:-0}" = 1 ]; then
-    echo "NALA_GEMM_TUNE=1:"
-    NALA_GEMM_TUNE=1 run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16 --cuda-graphs on
+  envs=${SAMPLE_XL_ENV:-}
+  [ "${SAMPLE_XL_TUNE:-0}" = 1 ] && envs="$envs NALA_GEMM_TUNE=1"
+  for e in $envs; do
+    echo "${e//,/ }:"
+    run env ${e//,/ } $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
     echo
-  fi
+  done
   run python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 3 --compile
   echo
-  for spec in ${SAMPLE_XL_NCU:-residual_ln_modulate_fwd@bf16@8 residual_ln_modulate_fwd@fp8@8}; do
-    IFS=@ read -r kernel dt skip <<< "$spec"
-    echo "$kernel, $dt:"
-    ncu --clock-control none --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread \
+  for spec in ${SAMPLE_XL_NCU:-residual_ln_modulate_fwd@bf16@8 residual_ln_modulate_fwd@fp8@8 residual_ln_modulate_staged@bf16@8@NALA_RESIDUAL_NORM_STAGED=1 residual_ln_modulate_staged@fp8@8@NALA_RESIDUAL_NORM_STAGED=1}; do
+    IFS=@ read -r kernel dt skip senv <<< "$spec"
+    echo "$kernel, $dt${senv:+, ${senv//,/ }}:"
+    env ${senv//,/ } ncu --clock-control none --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread \
         --kernel-name "regex:$kernel" --launch-skip "${skip:-8}" --launch-count 3 \
         $n bench sample --models DiT-XL/2 --batch 64 --measure 1 --dtypes "$dt" --cuda-graphs off 2>&1 | grep -E "$kernel|duration|dram__|registers" | cut -c1-140
   done
 } > "$out/sample_xl.md" 2>&1
-grep -E "^\||FAILED|^NALA_GEMM_TUNE|, (bf16|fp8|fp32):$|duration|dram__|registers" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
+grep -E "^\||FAILED|^NALA_[A-Z0-9_]+=|, (bf16|fp8|fp32)(, .*)?:$|duration|dram__|registers|^gemm tune" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
 exit $failed

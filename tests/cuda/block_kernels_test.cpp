@@ -16,6 +16,7 @@
 
 #include "ops/block_ops.h"
 #include "ops/cuda/block_cuda.h"
+#include "ops/cuda/block_kernels.h"
 #include "models/dit.h"
 #include "ops/split_heads.h"
 
@@ -267,6 +268,41 @@ TEST_F(BlockKernels, ResidualLayerNormModulateEqualsTheTwoKernels) {
     }
   }
   EXPECT_FALSE(cuda::residual_layer_norm_modulate_supported(at::randn({1, 4, 64}, at::kCUDA), at::randn({1, 4, 64}, at::kCUDA).to(at::kBFloat16)));
+}
+
+// The staged residual + LayerNorm-modulate kernel (NALA_RESIDUAL_NORM_STAGED=1: a persistent grid,
+// rows in shared memory by cp.async, the block's samples' vectors in float there) bit for bit the
+// one-pass kernel: residual, modulated rows, e4m3 bytes and scales. Shapes where a block's rows cross
+// a sample (DiT-XL/2's sampling rows; 300 × 7 tokens), where a sample's tokens cap the block's rows
+// (2,000 × 3), where lanes hold no channel (D 64, 72), and one block a row; vectors in the rows'
+// dtype and in float32, as strided adaLN chunks. Kernels only (no GEMM): racecheck can take it.
+TEST_F(BlockKernels, StagedResidualNormEqualsTheOnePassKernel) {
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{128, 256, 1152}, {300, 7, 384}, {2000, 3, 64}, {3, 17, 72}, {4, 64, 1536}}) {
+      for (auto vt : {dt, at::kFloat}) {
+        torch::manual_seed(N * T + D);
+        const auto cu = at::TensorOptions().device(at::kCUDA);
+        const at::Tensor x = (at::randn({N, T, D}, cu) * 2 + 0.5).to(dt), y = at::randn({N, T, D}, cu).to(dt);  // (N, T, D)
+        const auto m = (at::randn({N, 3 * D}, cu) * 0.5).to(vt).chunk(3, 1);  // gate, shift, scale: (N, D) strided views
+        const std::string what = std::string(c10::toString(dt)) + " rows, " + c10::toString(vt) + " vectors, " + std::to_string(N) + "x" +
+                                 std::to_string(T) + "x" + std::to_string(D);
+        set_residual_norm_staged(false);
+        const auto [res1, out1] = cuda::residual_layer_norm_modulate(x, m[0], y, m[1], m[2], 1e-6);
+        const auto [resq1, q1, s1] = cuda::residual_layer_norm_modulate_quantize(x, m[0], y, m[1], m[2], 1e-6);
+        set_residual_norm_staged(true);
+        const int64_t launches = cuda::residual_staged_launches();
+        const auto [res2, out2] = cuda::residual_layer_norm_modulate(x, m[0], y, m[1], m[2], 1e-6);
+        const auto [resq2, q2, s2] = cuda::residual_layer_norm_modulate_quantize(x, m[0], y, m[1], m[2], 1e-6);
+        set_residual_norm_staged(false);  // (its default)
+        EXPECT_EQ(cuda::residual_staged_launches() - launches, 2) << what;
+        EXPECT_TRUE(at::equal(res2, res1)) << what << ": residual";
+        EXPECT_TRUE(at::equal(out2, out1)) << what << ": modulated rows, max |difference| " << (out2 - out1).abs().max().item<double>();
+        EXPECT_TRUE(at::equal(resq2, resq1)) << what << ": residual (e4m3 form)";
+        EXPECT_TRUE(at::equal(q2.view(at::kByte), q1.view(at::kByte))) << what << ": e4m3 rows";
+        EXPECT_TRUE(at::equal(s2, s1)) << what << ": row scales";
+      }
+    }
+  }
 }
 
 // The per-sample vectors (shift, scale, gate) are read where adaLN's GEMM wrote them: strided
