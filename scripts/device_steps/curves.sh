@@ -7,6 +7,7 @@
 # every run's config.json, metrics.jsonl, evals/ and a sample grid (small), so the checkpoints need not come back;
 # the plots are drawn on the CPU machine (experiment_curves.py plot).
 #   bash scripts/device_steps/curves.sh OUT STEPS SEED "MODEL ..." [LR] [EVERY] [EXTRA TRAIN FLAGS...]
+# A MODEL may carry its own train flags, MODEL@KEY=VALUE[@…] (the ablations: NaLaDiT-S/2@alpha=20).
 # A MODEL written official:DiT-S/2 or official:SiT-S/2 trains with the official DiT / SiT code
 # (scripts/official_fmnist.py, the checkouts in .carry/official/, the same data and settings) and
 # its last checkpoint is also sampled with the official sampler (mode official-sampler); nala runs'
@@ -66,8 +67,20 @@ pids=()
 rcs=()
 official_runs=()
 for model in $models; do
-  rd=$w/$(echo "$model" | tr '/:' '_-')-s$seed
+  rd=$w/$(echo "$model" | sed 's|/|_|g; s|[:@=]|-|g')-s$seed
   runs+=("$rd")
+  # MODEL@KEY=VALUE[@KEY=VALUE…]: the ablations (#33), nala train's --KEY VALUE for that run alone, e.g.
+  # NaLaDiT-S/2@alpha=20, NaLaDiT-S/2@attention=nala-relu, NaLaDiT-S/2@lepe=0, NaLaDiT-S/2@attention=elu
+  # (run folder NaLaDiT-S_2-alpha-20-sSEED: its own line in experiment_curves.py's plots)
+  own=()
+  if [[ $model == *@* ]]; then
+    IFS=@ read -r -a parts <<< "$model"
+    model=${parts[0]}
+    for kv in "${parts[@]:1}"; do
+      [[ $kv == *=* ]] || { echo "curves.sh: '$kv' in a model entry is not KEY=VALUE" >&2; exit 1; }
+      own+=("--${kv%%=*}" "${kv#*=}")
+    done
+  fi
   # OpenMP threads: a few a process, several processes share the machine's cores
   if [[ $model == official:* ]]; then
     # the official trainer (scripts/official_fmnist.py) with the checkout prepare_carry.sh put in .carry/official
@@ -81,7 +94,7 @@ for model in $models; do
   else
     OMP_NUM_THREADS=2 $n train --preset fashion-mnist-s2 --model "$model" --lr "$lr" --seed "$seed" --steps "$steps" --batch "$batch" \
       --ckpt-every "$every" --keep-last $(( steps / every + 1 )) --sample-every 0 --log-every 50 --workers 2 \
-      --cuda-graphs "$([ "$dev" = cuda ] && echo true || echo false)" --device "$dev" "${extra[@]}" --out "$rd" \
+      --cuda-graphs "$([ "$dev" = cuda ] && echo true || echo false)" --device "$dev" "${extra[@]}" "${own[@]}" --out "$rd" \
       > "$rd.train.log" 2>&1 &
   fi
   pids+=($!)
