@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Copies what a run on the GPU machine needs but that machine lacks (it has no network) into the
 # ignored folder .carry/: headers (stb, zlib, nlohmann-json, cxxopts), the Fashion-MNIST files, a
-# random-weight VAE (.carry/vae, for the smoke step), the wheels of the Python test oracles that
-# machine lacks (.carry/wheels: diffusers, pytorch-fid; the cli-tests step installs them there) and
-# the official DiT / SiT code for the reference trainings (.carry/official).
-# Run after scripts/setup.sh (it uses .venv). Then: device run with carry [".carry"].
+# random-weight VAE (.carry/vae, for the smoke step), torchdiffeq for the official SiT sampler
+# (.carry/wheels) and the official DiT / SiT code for the reference trainings (.carry/official).
+# The wheels of the Python test oracles that machine lacks (diffusers, pytorch-fid; only the cli-tests
+# step installs them) go to a second folder, .carry-cli/wheels: the tree and .carry together come
+# close to the 64 MiB a device call carries, and diffusers alone is 6 MB.
+# Run after scripts/setup.sh (it uses .venv). Then: device run with carry [".carry"], and
+# [".carry", ".carry-cli"] for the cli-tests step.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dst="$root/.carry"
@@ -16,14 +19,24 @@ cp /usr/include/cxxopts.hpp "$dst/include/"
 cp -r /usr/include/gloo "$dst/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$dst/fashion-mnist/"
 [ -f "$dst/vae/diffusion_pytorch_model.safetensors" ] || "$root/.venv/bin/python" "$root/scripts/make_random_vae.py" "$dst/vae" >/dev/null
-# the same versions as .venv's, for the GPU machine's Python 3.12 (pure-Python wheels); torchdiffeq
-# for the official SiT sampler (scripts/official_fmnist.py)
-if [ ! -f "$dst/wheels/.complete-2" ]; then
-  vers=$("$root/.venv/bin/python" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("diffusers", "pytorch-fid", "importlib_metadata")))')
+# pure-Python wheels for the GPU machine's Python 3.12: torchdiffeq for the official SiT sampler
+# (scripts/official_fmnist.py) in .carry; the cli tests' oracles, the same versions as .venv's, in
+# .carry-cli (a .carry of an older checkout kept them beside torchdiffeq: moved)
+cli="$root/.carry-cli"
+wheels() {  # DIR SPEC...
+  local d=$1; shift
+  [ -f "$d/.complete" ] && return
   "$root/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation py \
-    --platform any -d "$dst/wheels" $vers torchdiffeq==0.2.5
-  touch "$dst/wheels/.complete-2"
-fi
+    --platform any -d "$d" "$@"
+  touch "$d/.complete"
+}
+mkdir -p "$cli/wheels"
+for w in "$dst"/wheels/diffusers-*.whl "$dst"/wheels/pytorch_fid-*.whl "$dst"/wheels/importlib_metadata-*.whl; do
+  [ -f "$w" ] && mv "$w" "$cli/wheels/"
+done
+rm -f "$dst/wheels/.complete-2"
+wheels "$dst/wheels" torchdiffeq==0.2.5
+wheels "$cli/wheels" $("$root/.venv/bin/python" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("diffusers", "pytorch-fid", "importlib_metadata")))')
 # the official DiT and SiT code for the reference trainings (#33): not part of nala, fetched for the
 # run at the commits the experiment used. OFFICIAL_DIT / OFFICIAL_SIT may name local clones (or
 # bare git directories) instead of GitHub.
@@ -47,4 +60,10 @@ if [ -f "$root/.venv/cutlass/include/cutlass/cutlass.h" ] && [ ! -f "$dst/cutlas
   tar cJf "$dst/cutlass-include.tar.xz.tmp" -C "$root/.venv/cutlass" include VERSION
   mv "$dst/cutlass-include.tar.xz.tmp" "$dst/cutlass-include.tar.xz"
 fi
-du -sh "$dst"
+du -sh "$dst" "$cli"
+# what a call carries: the tree (tracked and untracked-not-ignored files) and the carried folders, ≤ 64 MiB
+tree=$(git -C "$root" ls-files -co --exclude-standard -z | (cd "$root" && xargs -0 du -cb 2> /dev/null) | awk '$2 == "total" {s += $1} END {print s + 0}')
+for c in "$dst" "$dst $cli"; do
+  mib=$(( (tree + $(du -scb $c | tail -1 | cut -f1)) / 1048576 ))
+  echo "a device call carrying ${c//$root\//}: ${mib} MiB of 64$([ "$mib" -ge 64 ] && echo ': TOO LARGE')"
+done
