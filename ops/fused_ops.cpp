@@ -59,7 +59,7 @@ bool fp8_fast_gelu() { return read_switch(g_fp8_gelu, "NALA_FP8_FAST_GELU", 1); 
 void set_fp8_fast_gelu(bool on) { g_fp8_gelu = on ? 1 : 0; }
 bool residual_norm_fused() { return read_switch(g_residual_norm, "NALA_RESIDUAL_NORM_FUSED", 1); }
 void set_residual_norm_fused(bool on) { g_residual_norm = on ? 1 : 0; }
-bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 0); }
+bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
 
 int64_t recomputations() { return g_recomputations.load(); }

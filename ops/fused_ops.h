@@ -77,9 +77,10 @@ void set_residual_norm_fused(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
 // cp.async, the block's samples' gate, shift and scale converted to float there once
 // (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1
-// runs it, 0 (default, until the H200 times it against the one-pass kernel at 88 µs bf16 and 96 µs
-// fp8 a launch, 65 % and 53 % of DRAM bandwidth, for DiT-XL/2's 32,768 rows) keeps
-// residual_ln_modulate_fwd. The same bits either way (BlockKernels.StagedResidualNormEqualsTheOnePassKernel).
+// (default) runs it, 0 keeps the one-pass kernel residual_ln_modulate_fwd. On the H200 for DiT-XL/2's
+// 32,768 rows of 1,152 it takes 84–87 µs a launch against 89 (bf16) and 85–87 against 97 (fp8), and
+// the sampling step 56.8 → 56.4 ms (bf16), 41.7 → 41.1 ms (fp8) (docs/benchmarks.md, twenty-third
+// session). The same bits either way (BlockKernels.StagedResidualNormEqualsTheOnePassKernel).
 // Any other value is an error.
 bool residual_norm_staged();
 void set_residual_norm_staged(bool on);

@@ -4,13 +4,14 @@
 # (scripts/bench_pytorch_sample.py --compile), then the duration and DRAM throughput of row
 # kernels (Nsight Compute, three launches each): SAMPLE_XL_NCU lists KERNEL_REGEX@DTYPE@SKIP (launches
 # skipped first; registering the weights launches quantize_rows_kernel over a hundred times), by default the
-# residual + LayerNorm-modulate kernel in bf16 and fp8, one-pass and staged. One file: sample_xl.md. sample-peak adds
+# staged residual + LayerNorm-modulate kernel in bf16 and fp8 (add residual_ln_modulate_fwd@bf16@8@NALA_RESIDUAL_NORM_STAGED=0
+# for the one-pass kernel). One file: sample_xl.md. sample-peak adds
 # NaLaDiT-XL/2 and the switches off.
 #   bash scripts/device_build.sh prebuilt sample-xl
 #   SAMPLE_XL_NCU="bias_gelu_quantize_rows@fp8@8 ^quantize_rows_kernel@fp8@200" bash scripts/device_build.sh prebuilt sample-xl
 # SAMPLE_XL_ENV lists switch settings to time in the same run, each nala's bf16 and fp8 steps again with
 # them set: entries apart by spaces, one entry's variables by commas, e.g.
-#   SAMPLE_XL_ENV="NALA_RESIDUAL_NORM_STAGED=1 NALA_GEMM_TUNE=1,NALA_GEMM_TUNE_LOG=1" (ops/fused_ops.h).
+#   SAMPLE_XL_ENV="NALA_RESIDUAL_NORM_STAGED=0 NALA_GEMM_TUNE=1,NALA_GEMM_TUNE_LOG=1" (ops/fused_ops.h).
 # SAMPLE_XL_TUNE=1 is SAMPLE_XL_ENV="NALA_GEMM_TUNE=1". A SAMPLE_XL_NCU entry may end in @VAR=1[,VAR=1]
 # to profile with those switches set.
 out=$1
@@ -29,7 +30,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
   done
   run python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 3 --compile
   echo
-  for spec in ${SAMPLE_XL_NCU:-residual_ln_modulate_fwd@bf16@8 residual_ln_modulate_fwd@fp8@8 residual_ln_modulate_staged@bf16@8@NALA_RESIDUAL_NORM_STAGED=1 residual_ln_modulate_staged@fp8@8@NALA_RESIDUAL_NORM_STAGED=1}; do
+  for spec in ${SAMPLE_XL_NCU:-residual_ln_modulate_staged@bf16@8 residual_ln_modulate_staged@fp8@8}; do
     IFS=@ read -r kernel dt skip senv <<< "$spec"
     echo "$kernel, $dt${senv:+, ${senv//,/ }}:"
     env ${senv//,/ } ncu --clock-control none --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread \

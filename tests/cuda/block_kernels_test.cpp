@@ -270,7 +270,7 @@ TEST_F(BlockKernels, ResidualLayerNormModulateEqualsTheTwoKernels) {
   EXPECT_FALSE(cuda::residual_layer_norm_modulate_supported(at::randn({1, 4, 64}, at::kCUDA), at::randn({1, 4, 64}, at::kCUDA).to(at::kBFloat16)));
 }
 
-// The staged residual + LayerNorm-modulate kernel (NALA_RESIDUAL_NORM_STAGED=1: a persistent grid,
+// The staged residual + LayerNorm-modulate kernel (NALA_RESIDUAL_NORM_STAGED=1, the default: a persistent grid,
 // rows in shared memory by cp.async, the block's samples' vectors in float there) bit for bit the
 // one-pass kernel: residual, modulated rows, e4m3 bytes and scales. Shapes where a block's rows cross
 // a sample (DiT-XL/2's sampling rows; 300 × 7 tokens), where a sample's tokens cap the block's rows
@@ -293,7 +293,7 @@ TEST_F(BlockKernels, StagedResidualNormEqualsTheOnePassKernel) {
         const int64_t launches = cuda::residual_staged_launches();
         const auto [res2, out2] = cuda::residual_layer_norm_modulate(x, m[0], y, m[1], m[2], 1e-6);
         const auto [resq2, q2, s2] = cuda::residual_layer_norm_modulate_quantize(x, m[0], y, m[1], m[2], 1e-6);
-        set_residual_norm_staged(false);  // (its default)
+        set_residual_norm_staged(true);  // (its default)
         EXPECT_EQ(cuda::residual_staged_launches() - launches, 2) << what;
         EXPECT_TRUE(at::equal(res2, res1)) << what << ": residual";
         EXPECT_TRUE(at::equal(out2, out1)) << what << ": modulated rows, max |difference| " << (out2 - out1).abs().max().item<double>();
