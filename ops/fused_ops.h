@@ -25,6 +25,15 @@ void set_gemm_epilogues(bool on);
 // within run-to-run spread; NALA_GEMM_TUNE_LOG=1 prints each timed shape's candidates and choice.
 bool gemm_tuned();
 void set_gemm_tuned(bool on);
+// Training's bf16/fp16 GEMMs likewise: NALA_GEMM_TUNE_TRAIN=1 runs every linear layer's forward (bias
+// epilogue; fc1's GELU_AUX_BIAS) and its two backward GEMMs (dgrad, wgrad; fc2's dgrad with DGELU)
+// through nala's cuBLASLt calls with the algorithm timed once a shape, outside a CUDA graph capture
+// (the training step's eager warm-up), and kept (ops/cuda/gemm_epilogue.h). 0 (default, until the
+// H200 times a training step with it) leaves them to ATen and the heuristic's first. The probe
+// (bench/gemm_algo_probe.cu, twenty-third session) found the first up to 16 % slower than the best of
+// the first 8 at DiT-XL/2's 65,536 training rows, ≈ 15 ms of a 406 ms step. Any other value is an error.
+bool gemm_tuned_training();
+void set_gemm_tuned_training(bool on);
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
 // backward and recompute it there: the block's attention, gate, tail and output projection run as

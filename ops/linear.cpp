@@ -26,6 +26,11 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
     ctx->save_for_backward({x, w});
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    if (gemm_tuned_training() && x.dim() >= 2 && x.is_contiguous()) {  // the timed algorithm (linear_forward)
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = w.size(0);
+      return linear_forward(x.view({-1, x.size(-1)}), w, b).view(shape);  // (…, out)
+    }
     return at::linear(x, w, b.to(x.scalar_type()));  // (…, out)
   }
 
@@ -49,12 +54,27 @@ at::Tensor column_sum(const at::Tensor& g2) {
   return g2.sum(0, false, g2.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // (C)
 }
 
+at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& b) {
+#ifdef NALA_WITH_CUDA
+  if (gemm_tuned_training() && x2.is_cuda() && x2.dim() == 2 && cuda::gemm_epilogue_supported(x2, w))
+    if (at::Tensor y = cuda::gemm_bias(x2, w, b, /*gelu=*/false, /*tune=*/true); y.defined()) return y;  // (R, out)
+#endif
+  return at::linear(x2, w, b.to(x2.scalar_type()));  // (R, out)
+}
+
 LinearGrads linear_grads(const at::Tensor& dout2, const at::Tensor& x2, const at::Tensor& w, at::ScalarType b_dtype, bool need_x, bool need_w,
                          bool need_b) {
   LinearGrads d;
-  if (need_x) d.x = dout2.mm(w);                          // (R, in)
-  if (need_w) d.w = dout2.t().mm(x2);                     // (out, in)
-  if (need_b) d.b = column_sum(dout2).to(b_dtype);        // (out)
+#ifdef NALA_WITH_CUDA
+  // NALA_GEMM_TUNE_TRAIN=1: the timed algorithms (ops/cuda/gemm_epilogue.h); undefined: ATen's below
+  if (gemm_tuned_training() && dout2.is_cuda()) {
+    if (need_x && cuda::gemm_grads_supported(dout2, w) && dout2.size(1) == w.size(0)) d.x = cuda::gemm_dgrad(dout2, w, true);  // (R, in)
+    if (need_w && cuda::gemm_grads_supported(dout2, x2) && dout2.size(0) == x2.size(0)) d.w = cuda::gemm_wgrad(dout2, x2, true);  // (out, in)
+  }
+#endif
+  if (need_x && !d.x.defined()) d.x = dout2.mm(w);         // (R, in)
+  if (need_w && !d.w.defined()) d.w = dout2.t().mm(x2);    // (out, in)
+  if (need_b) d.b = column_sum(dout2).to(b_dtype);         // (out)
   return d;
 }
 

@@ -36,6 +36,11 @@ at::Tensor column_sum(const at::Tensor& g2);
 // where its flag asks (else undefined): x (R, in) = dout2·w, w (out, in) = dout2ᵀ·x2 and
 // b (out) = column_sum(dout2) in b_dtype. dout2, x2 and w of one dtype. The backward of linear_op
 // and of the fused operations that end or begin with a linear layer.
+// y (R, out) = x2 (R, in) · wᵀ + b, x2 and w of one dtype, b cast to it: a training layer's forward GEMM
+// (linear_op, the MLP's fc2), through the timed cuBLASLt algorithm where NALA_GEMM_TUNE_TRAIN=1 and the
+// operands allow (ops/cuda/gemm_epilogue.h gemm_bias), else at::linear.
+at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& b);
+
 struct LinearGrads {
   at::Tensor x, w, b;
 };

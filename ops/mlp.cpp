@@ -32,7 +32,7 @@ bool epilogue_gemms(const at::Tensor& x2, const at::Tensor& w1, const at::Tensor
 // h, a = GELU_tanh(x2 w1ᵀ + b1), x2 w1ᵀ + b1: (R, H) ×2
 std::array<at::Tensor, 2> fc1_forward(const at::Tensor& x2, const at::Tensor& w1, const at::Tensor& b1, bool lt) {
 #ifdef NALA_WITH_CUDA
-  if (lt) return cuda::gemm_bias_gelu_aux(x2, w1, b1);
+  if (lt) return cuda::gemm_bias_gelu_aux(x2, w1, b1, gemm_tuned_training());
 #endif
   const at::Tensor a = at::linear(x2, w1, b1.to(x2.scalar_type()));  // (R, H)
   return {at::gelu(a, "tanh"), a};
@@ -41,7 +41,7 @@ std::array<at::Tensor, 2> fc1_forward(const at::Tensor& x2, const at::Tensor& w1
 // dy = GELU_tanh'(a) ⊙ (g w2): (R, H)
 at::Tensor fc1_pre_activation_grad(const at::Tensor& g, const at::Tensor& w2, const at::Tensor& a, bool lt) {
 #ifdef NALA_WITH_CUDA
-  if (lt) return cuda::gemm_dgelu(g, w2, a);
+  if (lt) return cuda::gemm_dgelu(g, w2, a, gemm_tuned_training());
 #endif
   return at::gelu_backward(g.mm(w2), a, "tanh");  // (R, H)
 }
@@ -54,7 +54,7 @@ struct MlpFn : torch::autograd::Function<MlpFn> {
     const at::Tensor x2 = x.reshape({-1, D}).contiguous();                                // (R, D)
     const bool lt = x2.size(0) > 0 && epilogue_gemms(x2, w1, w2);
     const auto [h, a] = fc1_forward(x2, w1, b1, lt);                                       // (R, H) ×2
-    const at::Tensor out = at::linear(h, w2, b2.to(h.scalar_type()));                      // (R, D)
+    const at::Tensor out = linear_forward(h, w2, b2);                                      // (R, D)
     ctx->save_for_backward({x2, w1, w2, a, h});
     ctx->saved_data["lt"] = lt;
     ctx->saved_data["b1_dtype"] = int64_t(b1.scalar_type());

@@ -60,9 +60,9 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
-// The algorithms chosen by timing (gemm_bias with tune), by shape: m, n, k, dtype, epilogue, the four
-// alignments and the device
-using TuneKey = std::tuple<int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t, uint32_t, int>;
+// The algorithms chosen by timing (the GEMMs' tune flag), by shape: m, n, k, dtype, epilogue, the four
+// alignments, the device and the operands' transposes (bit 0: A, bit 1: B)
+using TuneKey = std::tuple<int64_t, int64_t, int64_t, int, int, uint32_t, uint32_t, uint32_t, uint32_t, int, int>;
 struct Choice {
   bool other = false;  // the caller's other kernel (gemm_bias: CUTLASS), not cuBLASLt
   cublasLtMatmulAlgo_t algo{};
@@ -187,23 +187,23 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
   return true;
 }
 
-// Column-major cuBLASLt terms: D (m, n), ld m, = op(A) (m, k) · B (k, n), with the epilogue set on
-// `desc.op` by the caller; A stored (k, m) with ld k when transposed, else (m, k) with ld m; B (k, n)
-// with ld k. A row-major (R, C) matrix is a column-major (C, R) one with ld C.
-// False, and nothing run, where cuBLASLt offers no algorithm.
+// Column-major cuBLASLt terms: D (m, n), ld m, = op(A) (m, k) · op(B) (k, n), with the epilogue set on
+// `desc.op` by the caller; A stored (k, m) with ld k when transposed, else (m, k) with ld m; B stored
+// (n, k) with ld n when transposed, else (k, n) with ld k. A row-major (R, C) matrix is a column-major
+// (C, R) one with ld C. False, and nothing run, where cuBLASLt offers no algorithm.
 bool run(Desc& desc, bool trans_a, int64_t m, int64_t n, int64_t k, cudaDataType_t dt, const void* A, const void* B, void* D,
-         const char* name, bool tune = false, int epilogue = 0, const std::function<bool()>* other = nullptr) {
-  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+         const char* name, bool tune = false, int epilogue = 0, const std::function<bool()>* other = nullptr, bool trans_b = false) {
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, ta, "TRANSA");
   set(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, tb, "TRANSB");
   check(trans_a ? cublasLtMatrixLayoutCreate(&desc.a, dt, k, m, k) : cublasLtMatrixLayoutCreate(&desc.a, dt, m, k, m), "layout A");
-  check(cublasLtMatrixLayoutCreate(&desc.b, dt, k, n, k), "layout B");
+  check(trans_b ? cublasLtMatrixLayoutCreate(&desc.b, dt, n, k, n) : cublasLtMatrixLayoutCreate(&desc.b, dt, k, n, k), "layout B");
   check(cublasLtMatrixLayoutCreate(&desc.d, dt, m, n, m), "layout D");
   const float alpha = 1.f, beta = 0.f;
   const std::array<uint32_t, 4> align{alignment(A), alignment(B), alignment(D), alignment(D)};
   int device = 0;
   cudaGetDevice(&device);
-  const TuneKey key{m, n, k, int(dt), epilogue, align[0], align[1], align[2], align[3], device};
+  const TuneKey key{m, n, k, int(dt), epilogue, align[0], align[1], align[2], align[3], device, int(trans_a) | int(trans_b) << 1};
   return launch(desc, &alpha, &beta, A, B, D, D, name, align, tune ? &key : nullptr, other);
 }
 
@@ -217,7 +217,7 @@ bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w) {
   return x.size(0) > 0 && rows16(x) && rows16(w) && w.size(0) % 8 == 0;
 }
 
-std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool tune) {
   TORCH_CHECK(gemm_epilogue_supported(x, w) && x.size(1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0),
               "gemm_bias_gelu_aux: input ", x.sizes(), " ", x.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), " and bias ",
               b.sizes(), " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
@@ -232,12 +232,13 @@ std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tens
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
   // column-major: hᵀ (N, R) = wᵀ-stored (K, N) transposed · xᵀ (K, R)
-  TORCH_CHECK(run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), h.data_ptr(), "gemm_bias_gelu_aux"),
+  TORCH_CHECK(run(desc, true, N, R, K, cuda_dtype(x.scalar_type()), w.data_ptr(), x.data_ptr(), h.data_ptr(), "gemm_bias_gelu_aux", tune,
+                  int(CUBLASLT_EPILOGUE_GELU_AUX_BIAS)),
               "gemm_bias_gelu_aux: cuBLASLt has no algorithm for ", R, "x", K, " -> ", N, " with this epilogue");
   return {h, aux};
 }
 
-at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux) {
+at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune) {
   TORCH_CHECK(g.is_cuda() && g.dim() == 2 && w.dim() == 2 && aux.dim() == 2 && g.size(1) == w.size(0) && aux.size(0) == g.size(0) &&
                   aux.size(1) == w.size(1) && g.scalar_type() == w.scalar_type() && aux.scalar_type() == w.scalar_type() &&
                   g.is_contiguous() && w.is_contiguous() && aux.is_contiguous() && g.size(0) > 0 && rows16(g) && rows16(w) && rows16(aux),
@@ -252,7 +253,8 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
   set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
-  TORCH_CHECK(run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu"),
+  TORCH_CHECK(run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu", tune,
+                  int(CUBLASLT_EPILOGUE_DGELU)),
               "gemm_dgelu: cuBLASLt has no algorithm for ", R, "x", M, " -> ", N, " with this epilogue");
   return dy;
 }
@@ -288,6 +290,42 @@ at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
            cutlass ? &cutlass : nullptr))
     return at::Tensor();  // no algorithm with this epilogue: the caller takes ATen's path
   return y;
+}
+
+bool gemm_grads_supported(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_cuda() && b.is_cuda() && a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() &&
+         a.scalar_type() == b.scalar_type() && (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf) && a.size(0) > 0 &&
+         a.size(1) > 0 && b.size(1) > 0 && rows16(a) && rows16(b) && a.get_device() == b.get_device();
+}
+
+at::Tensor gemm_dgrad(const at::Tensor& g, const at::Tensor& w, bool tune) {
+  TORCH_CHECK(gemm_grads_supported(g, w) && g.size(1) == w.size(0), "gemm_dgrad: gradient ", g.sizes(), " ", g.scalar_type(),
+              " and weight ", w.sizes(), " ", w.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, rows multiples of 8)");
+  const c10::cuda::CUDAGuard guard(g.device());
+  const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
+  at::Tensor dx = at::empty({R, N}, g.options());  // (R, N)
+  Desc desc;
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  // column-major: dxᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
+  if (!run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dx.data_ptr(), "gemm_dgrad", tune,
+           int(CUBLASLT_EPILOGUE_DEFAULT)))
+    return at::Tensor();
+  return dx;
+}
+
+at::Tensor gemm_wgrad(const at::Tensor& g, const at::Tensor& x, bool tune) {
+  TORCH_CHECK(gemm_grads_supported(g, x) && g.size(0) == x.size(0), "gemm_wgrad: gradient ", g.sizes(), " ", g.scalar_type(),
+              " and input ", x.sizes(), " ", x.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, rows multiples of 8)");
+  const c10::cuda::CUDAGuard guard(g.device());
+  const int64_t R = g.size(0), M = g.size(1), N = x.size(1);
+  at::Tensor dw = at::empty({M, N}, g.options());  // (M, N)
+  Desc desc;
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  // column-major: dwᵀ (N, M) = x-stored (N, R) · (g-stored (M, R))ᵀ
+  if (!run(desc, false, N, M, R, cuda_dtype(g.scalar_type()), x.data_ptr(), g.data_ptr(), dw.data_ptr(), "gemm_wgrad", tune,
+           int(CUBLASLT_EPILOGUE_DEFAULT), nullptr, /*trans_b=*/true))
+    return at::Tensor();
+  return dw;
 }
 
 int64_t gemm_timings() {

@@ -18,9 +18,22 @@ namespace nala::ops::cuda {
 bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w);
 
 // {h, aux}, both (R, N) in x's dtype; b (N) is cast to x's dtype
-std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// (tune: the algorithm timed once a shape and kept, as gemm_bias's below; training's NALA_GEMM_TUNE_TRAIN=1)
+std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool tune = false);
 // g (R, M), w (M, N) (fc2's weight: out M = D, in N = hidden), aux (R, N) → dy (R, N)
-at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux);
+at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune = false);
+
+// A training linear's two backward GEMMs (ops/linear.cpp linear_grads with NALA_GEMM_TUNE_TRAIN=1), in
+// g's dtype with float accumulation, as at::mm computes them; with tune the algorithm is timed and kept
+// as gemm_bias's below (on the H200 the heuristic's first is up to 16 % slower than the best of its
+// first 8 at DiT-XL/2's training rows: bench/gemm_algo_probe.cu, docs/benchmarks.md). Undefined where
+// cuBLASLt offers no algorithm (the caller takes ATen's path).
+//   gemm_dgrad: dx (R, N) = g (R, M) · w (M, N)
+//   gemm_wgrad: dw (M, N) = gᵀ · x, g (R, M), x (R, N)
+// Operands: CUDA, one dtype (bf16 or fp16), contiguous, rows of a multiple of 8 elements, 16-byte aligned.
+bool gemm_grads_supported(const at::Tensor& a, const at::Tensor& b);
+at::Tensor gemm_dgrad(const at::Tensor& g, const at::Tensor& w, bool tune);
+at::Tensor gemm_wgrad(const at::Tensor& g, const at::Tensor& x, bool tune);
 
 // y = x wᵀ + b, or GELU(x wᵀ + b) with gelu (CUBLASLT_EPILOGUE_BIAS / GELU_BIAS): sampling's linears
 // (ops/linear.cpp, ops/linear_gelu.cpp with NALA_GEMM_TUNE=1), (R, N) in x's dtype, b cast to it, as

@@ -44,6 +44,7 @@ class GemmEpilogue : public ::testing::Test {
   void TearDown() override {  // the defaults
     ops::set_gemm_epilogues(true);
     ops::set_gemm_tuned(false);
+    ops::set_gemm_tuned_training(false);
   }
 };
 
@@ -187,6 +188,110 @@ TEST_F(GemmEpilogue, TunedLinearInGraphsAndLayers) {
     EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2);
     EXPECT_EQ(z.scalar_type(), at::kBFloat16);
   }
+}
+
+// Training's two backward GEMMs with the algorithm chosen by timing (NALA_GEMM_TUNE_TRAIN=1) against
+// float64 truth beside ATen's at::mm, bf16 and fp16: dgrad dx = g w and wgrad dw = gᵀ x; the timed
+// first call, the kept algorithm and the untimed heuristic's first, each one GEMM in float
+// accumulation rounded once, as close to the truth as ATen's. Shapes: DiT-S's qkv, a ragged one,
+// DiT-XL's qkv at few rows.
+TEST_F(GemmEpilogue, TunedTrainingGemmsMatchFloat64LikeAten) {
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    for (auto [R, M, N] : {std::tuple<int64_t, int64_t, int64_t>{4096, 1152, 384}, {37, 64, 256}, {2048, 3456, 1152}}) {
+      torch::manual_seed(R + M + N);
+      const at::Tensor g = at::randn({R, M}, at::kCUDA).to(dt);                  // (R, M): ∂L/∂out
+      const at::Tensor w = (at::randn({M, N}, at::kCUDA) * 0.05).to(dt);          // (M, N): out × in
+      const at::Tensor x = at::randn({R, N}, at::kCUDA).to(dt);                  // (R, N): the layer's input
+      const at::Tensor dx_truth = d(g).mm(d(w)), dw_truth = d(g).t().mm(d(x));  // (R, N), (M, N)
+      const at::Tensor dx_aten = g.mm(w), dw_aten = g.t().mm(x);                // (R, N), (M, N)
+      ops::cuda::gemm_tuned_clear();
+      const int64_t timings = ops::cuda::gemm_timings();
+      const at::Tensor dx_timed = ops::cuda::gemm_dgrad(g, w, true), dw_timed = ops::cuda::gemm_wgrad(g, x, true);
+      EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2) << "two new shapes are timed";
+      EXPECT_EQ(ops::cuda::gemm_tuned_shapes(), 2);
+      const at::Tensor dx_kept = ops::cuda::gemm_dgrad(g, w, true), dw_kept = ops::cuda::gemm_wgrad(g, x, true);
+      EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2) << "kept shapes are not timed again";
+      const at::Tensor dx_first = ops::cuda::gemm_dgrad(g, w, false), dw_first = ops::cuda::gemm_wgrad(g, x, false);
+      std::printf("  %s %ldx%ldx%ld: dgrad vs float64 timed %.2e kept %.2e first %.2e ATen %.2e; wgrad timed %.2e kept %.2e first %.2e ATen %.2e\n",
+                  c10::toString(dt), (long)R, (long)M, (long)N, rel(dx_timed, dx_truth), rel(dx_kept, dx_truth), rel(dx_first, dx_truth),
+                  rel(dx_aten, dx_truth), rel(dw_timed, dw_truth), rel(dw_kept, dw_truth), rel(dw_first, dw_truth), rel(dw_aten, dw_truth));
+      const std::string what = std::string(c10::toString(dt)) + " " + std::to_string(R) + "x" + std::to_string(M) + "x" + std::to_string(N);
+      for (const at::Tensor* y : {&dx_timed, &dx_kept, &dx_first}) {
+        ASSERT_TRUE(y->defined()) << what;
+        ASSERT_EQ(y->sizes(), dx_aten.sizes()) << what;
+        EXPECT_EQ(y->scalar_type(), dt) << what;
+        EXPECT_LE(rel(*y, dx_truth), 1.25 * rel(dx_aten, dx_truth) + 1e-5) << what << ": dgrad";
+      }
+      for (const at::Tensor* y : {&dw_timed, &dw_kept, &dw_first}) {
+        ASSERT_TRUE(y->defined()) << what;
+        ASSERT_EQ(y->sizes(), dw_aten.sizes()) << what;
+        EXPECT_LE(rel(*y, dw_truth), 1.25 * rel(dw_aten, dw_truth) + 1e-5) << what << ": wgrad";
+      }
+    }
+  }
+  // operands the GEMMs cannot take are refused by name, not computed wrongly
+  const at::Tensor g = at::randn({16, 12}, at::kCUDA).to(at::kBFloat16), w = at::randn({12, 64}, at::kCUDA).to(at::kBFloat16);
+  EXPECT_FALSE(ops::cuda::gemm_grads_supported(g, w));  // rows of 12 elements
+  EXPECT_THROW(ops::cuda::gemm_dgrad(g, w, true), c10::Error);
+}
+
+// A DiT-S linear layer and MLP trained one step under bf16 autocast with NALA_GEMM_TUNE_TRAIN=1 give
+// what ATen's GEMMs give (every output and gradient against float64 truth, as close as with the
+// switch off), and really run the timed GEMMs: the linear's forward, dgrad and wgrad (3 shapes), the
+// MLP's fc1 with GELU_AUX_BIAS, fc2, fc2's wgrad, the DGELU, fc1's dgrad and wgrad (6 more).
+TEST_F(GemmEpilogue, TunedTrainingLayersMatchAten) {
+  torch::manual_seed(13);
+  torch::nn::Linear fc(torch::nn::LinearOptions(384, 1152));
+  nala::models::Mlp mlp(384, 1536);
+  for (auto& p : fc->parameters()) p.detach().normal_(0, 0.05);
+  for (auto& p : mlp.parameters()) p.detach().normal_(0, 0.05);
+  fc->to(at::kCUDA);
+  mlp.to(at::kCUDA);
+  const at::Tensor x0 = at::randn({8, 64, 384}, at::kCUDA);                                    // (B, T, D)
+  const at::Tensor gq = at::randn({8, 64, 1152}, at::kCUDA), gm = at::randn({8, 64, 384}, at::kCUDA);  // output gradients
+  const std::vector<at::Tensor> params = {fc->weight, fc->bias, mlp.fc1->weight, mlp.fc1->bias, mlp.fc2->weight, mlp.fc2->bias};
+  auto run = [&](bool tuned) {
+    ops::set_gemm_tuned_training(tuned);
+    for (auto p : params) p.mutable_grad() = at::Tensor();
+    at::Tensor x = x0.clone().requires_grad_(true), q, y;
+    {
+      Autocast ac(true);
+      q = ops::linear(*fc, x);  // (8, 64, 1152) bf16
+      y = mlp.forward(x);       // (8, 64, 384) bf16
+    }
+    ((q.to(at::kFloat) * gq).sum() + (y.to(at::kFloat) * gm).sum()).backward();
+    std::vector<at::Tensor> out = {q.detach(), y.detach(), x.grad()};
+    for (auto& p : params) out.push_back(p.grad());
+    return out;
+  };
+  // the truth: the plain formulas in float64 on the CPU
+  auto p64 = [](const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().requires_grad_(true); };
+  std::vector<at::Tensor> ps;
+  for (auto& p : params) ps.push_back(p64(p));
+  at::Tensor xd = p64(x0);
+  const at::Tensor qd = at::linear(xd, ps[0], ps[1]), yd = at::linear(at::gelu(at::linear(xd, ps[2], ps[3]), "tanh"), ps[4], ps[5]);
+  ((qd * d(gq)).sum() + (yd * d(gm)).sum()).backward();
+  std::vector<at::Tensor> truth = {qd.detach(), yd.detach(), xd.grad()};
+  for (auto& p : ps) truth.push_back(p.grad());
+
+  const at::Tensor w_before = fc->weight.detach().clone();
+  const auto off = run(false);
+  ops::cuda::gemm_tuned_clear();
+  const int64_t timings = ops::cuda::gemm_timings();
+  const auto on = run(true);
+  EXPECT_EQ(ops::cuda::gemm_timings(), timings + 9) << "the linear's 3 GEMMs and the MLP's 6, each timed once";
+  const auto again = run(true);
+  EXPECT_EQ(ops::cuda::gemm_timings(), timings + 9) << "a second step times nothing";
+  const char* names[] = {"q", "y", "dx", "dW", "db", "dW1", "db1", "dW2", "db2"};
+  ASSERT_EQ(on.size(), 9u);
+  for (size_t i = 0; i < on.size(); ++i) {
+    const double e_on = rel(on[i], truth[i]), e_off = rel(off[i], truth[i]);
+    std::printf("  tuned training %-4s vs float64: tuned %.2e, ATen %.2e\n", names[i], e_on, e_off);
+    EXPECT_EQ(on[i].scalar_type(), off[i].scalar_type()) << names[i];
+    EXPECT_LE(e_on, 1.5 * e_off + 2e-3) << names[i];
+    EXPECT_TRUE(at::equal(again[i], on[i])) << names[i] << ": the kept algorithms repeat bit for bit";
+  }
+  EXPECT_TRUE(at::equal(fc->weight.detach(), w_before)) << "no step taken: the weights are untouched";
 }
 
 #ifdef NALA_WITH_CUTLASS

@@ -74,3 +74,21 @@ TEST(LinearOp, TunedGemmSwitchLeavesTheCpuOnAten) {
   EXPECT_TRUE(at::equal(linear(m, x), at::linear(x, m->weight, m->bias)));
   set_gemm_tuned(false);  // the default
 }
+
+TEST(LinearOp, TunedTrainingSwitchLeavesTheCpuOnAten) {
+  // NALA_GEMM_TUNE_TRAIN=1 (ops/fused_ops.h gemm_tuned_training) concerns CUDA tensors alone: on the
+  // CPU linear_op's forward (through linear_forward) and backward (linear_grads) give the bits they
+  // give with the switch off, which LinearOp's other tests hold against at::linear's autograd
+  torch::manual_seed(5);
+  const at::Tensor x0 = at::randn({2, 5, 16}), w0 = at::randn({8, 16}), b0 = at::randn({8}), g = at::randn({2, 5, 8});
+  auto step = [&](bool tuned) {
+    set_gemm_tuned_training(tuned);
+    const at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+    const at::Tensor y = linear_op(x, w, b);  // (2, 5, 8)
+    (y * g).sum().backward();
+    return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad(), b.grad()};
+  };
+  const auto on = step(true), off = step(false);  // off last: the default
+  for (size_t i = 0; i < on.size(); ++i) EXPECT_TRUE(at::equal(on[i], off[i])) << "output/gradient " << i;
+  EXPECT_TRUE(at::equal(linear_forward(x0.view({10, 16}), w0, b0), at::linear(x0.view({10, 16}), w0, b0)));
+}

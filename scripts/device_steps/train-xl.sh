@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The same-run check of #34's training targets: nala's DiT-S/2 and DiT-XL/2 training steps (batch 256,
+# 256 px latents, bf16, CUDA graphs) with the defaults and again with each TRAIN_XL_ENV entry set,
+# then the compiled PyTorch step (scripts/bench_pytorch_train.py --compile, compile time excluded).
+# A benchmark: alone on the GPU. One file: train_xl.md.
+#   bash scripts/device_build.sh prebuilt train-xl
+# TRAIN_XL_ENV lists switch settings, entries apart by spaces, one entry's variables by commas
+# (default: the timed training GEMMs, ops/fused_ops.h gemm_tuned_training, with the tuner's log):
+#   TRAIN_XL_ENV="NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1 NALA_GEMM_EPILOGUES=0"
+# TRAIN_XL_MODELS (default DiT-S/2,DiT-XL/2) and TRAIN_XL_PEER=0 (no compiled peer) shorten it.
+out=$1
+n=./build-device/nala
+models=${TRAIN_XL_MODELS:-DiT-S/2,DiT-XL/2}
+failed=0
+run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
+{
+  run $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
+  echo
+  for e in ${TRAIN_XL_ENV-NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1}; do
+    echo "${e//,/ }:"
+    run env ${e//,/ } $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
+    echo
+  done
+  [ "${TRAIN_XL_PEER:-1}" = 0 ] || run python3 scripts/bench_pytorch_train.py --models "$models" --batch 256 --steps 8 --warmup 3 --compile
+} > "$out/train_xl.md" 2>&1
+grep -E "^\||FAILED|^NALA_[A-Z0-9_]+=|^gemm tune" "$out/train_xl.md" | grep -v -- "---" | cut -c1-160
+exit $failed
