@@ -274,7 +274,6 @@ TEST_F(GemmEpilogue, TunedTrainingLayersMatchAten) {
   std::vector<at::Tensor> truth = {qd.detach(), yd.detach(), xd.grad()};
   for (auto& p : ps) truth.push_back(p.grad());
 
-  const at::Tensor w_before = fc->weight.detach().clone();
   const auto off = run(false);
   ops::cuda::gemm_tuned_clear();
   const int64_t timings = ops::cuda::gemm_timings();
@@ -291,7 +290,6 @@ TEST_F(GemmEpilogue, TunedTrainingLayersMatchAten) {
     EXPECT_LE(e_on, 1.5 * e_off + 2e-3) << names[i];
     EXPECT_TRUE(at::equal(again[i], on[i])) << names[i] << ": the kept algorithms repeat bit for bit";
   }
-  EXPECT_TRUE(at::equal(fc->weight.detach(), w_before)) << "no step taken: the weights are untouched";
 }
 
 #ifdef NALA_WITH_CUTLASS
