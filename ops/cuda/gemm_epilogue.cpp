@@ -298,34 +298,34 @@ bool gemm_grads_supported(const at::Tensor& a, const at::Tensor& b) {
          a.size(1) > 0 && b.size(1) > 0 && rows16(a) && rows16(b) && a.get_device() == b.get_device();
 }
 
+namespace {
+// D (rows, cols) row-major = the column-major product run() describes with m = cols, n = rows, no
+// epilogue: the two backward GEMMs below; undefined where cuBLASLt offers no algorithm
+at::Tensor plain_gemm(const at::Tensor& like, int64_t rows, int64_t cols, int64_t k, const at::Tensor& A, const at::Tensor& B, bool trans_b,
+                      const char* name, bool tune) {
+  const c10::cuda::CUDAGuard guard(like.device());
+  at::Tensor out = at::empty({rows, cols}, like.options());  // (rows, cols)
+  Desc desc;
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  if (!run(desc, false, cols, rows, k, cuda_dtype(like.scalar_type()), A.data_ptr(), B.data_ptr(), out.data_ptr(), name, tune,
+           int(CUBLASLT_EPILOGUE_DEFAULT), nullptr, trans_b))
+    return at::Tensor();
+  return out;
+}
+}  // namespace
+
 at::Tensor gemm_dgrad(const at::Tensor& g, const at::Tensor& w, bool tune) {
   TORCH_CHECK(gemm_grads_supported(g, w) && g.size(1) == w.size(0), "gemm_dgrad: gradient ", g.sizes(), " ", g.scalar_type(),
               " and weight ", w.sizes(), " ", w.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, rows multiples of 8)");
-  const c10::cuda::CUDAGuard guard(g.device());
-  const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
-  at::Tensor dx = at::empty({R, N}, g.options());  // (R, N)
-  Desc desc;
-  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
   // column-major: dxᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
-  if (!run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dx.data_ptr(), "gemm_dgrad", tune,
-           int(CUBLASLT_EPILOGUE_DEFAULT)))
-    return at::Tensor();
-  return dx;
+  return plain_gemm(g, g.size(0), w.size(1), g.size(1), w, g, /*trans_b=*/false, "gemm_dgrad", tune);  // (R, N)
 }
 
 at::Tensor gemm_wgrad(const at::Tensor& g, const at::Tensor& x, bool tune) {
   TORCH_CHECK(gemm_grads_supported(g, x) && g.size(0) == x.size(0), "gemm_wgrad: gradient ", g.sizes(), " ", g.scalar_type(),
               " and input ", x.sizes(), " ", x.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, rows multiples of 8)");
-  const c10::cuda::CUDAGuard guard(g.device());
-  const int64_t R = g.size(0), M = g.size(1), N = x.size(1);
-  at::Tensor dw = at::empty({M, N}, g.options());  // (M, N)
-  Desc desc;
-  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
   // column-major: dwᵀ (N, M) = x-stored (N, R) · (g-stored (M, R))ᵀ
-  if (!run(desc, false, N, M, R, cuda_dtype(g.scalar_type()), x.data_ptr(), g.data_ptr(), dw.data_ptr(), "gemm_wgrad", tune,
-           int(CUBLASLT_EPILOGUE_DEFAULT), nullptr, /*trans_b=*/true))
-    return at::Tensor();
-  return dw;
+  return plain_gemm(g, g.size(1), x.size(1), g.size(0), x, g, /*trans_b=*/true, "gemm_wgrad", tune);  // (M, N)
 }
 
 int64_t gemm_timings() {
