@@ -88,13 +88,13 @@ for step in "${steps[@]}"; do
       ;;
     cli-tests)
       # the Python tests of the command-line program (tests/python) against this build, in this
-      # machine's environment; the oracles it lacks come as wheels in .carry-cli/wheels (carry
-      # [".carry", ".carry-cli"]; scripts/prepare_carry.sh). The package's
+      # machine's environment; the oracles it lacks come as wheels in .carry-cli/wheels (carried with
+      # the parts of .carry the step needs: scripts/prepare_carry.sh's header). The package's
       # own tests (test_package.py) need `pip install`, which this machine cannot do offline.
       # One thread a process (CI's setting per core): 14 workers each with 16 OpenMP threads
       # crawled (28 tests in 250 s, 2026-12-02). -rA: every test's outcome by name, even when the
       # time limit cuts the run short.
-      ls .carry-cli/wheels/diffusers-*.whl > /dev/null 2>&1 || { note "cli tests: no .carry-cli/wheels (run scripts/prepare_carry.sh, carry [\".carry\", \".carry-cli\"])"; failed=1; continue; }
+      ls .carry-cli/wheels/diffusers-*.whl > /dev/null 2>&1 || { note "cli tests: no .carry-cli/wheels (run scripts/prepare_carry.sh and carry .carry-cli: scripts/prepare_carry.sh's header)"; failed=1; continue; }
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nala-site .carry-cli/wheels/*.whl .carry/wheels/*.whl > "$logs/cli_tests_pip.log" 2>&1
       NALA_BUILD_DIR=$root/build-device PYTHONPATH=/tmp/nala-site CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 timeout ${CLI_TESTS_TIMEOUT:-400} \
         python3 -m pytest -v -rfE -n "${CLI_TESTS_JOBS:-14}" -p no:cacheprovider -W ignore::Warning tests/python \

@@ -6,8 +6,9 @@
 # The wheels of the Python test oracles that machine lacks (diffusers, pytorch-fid; only the cli-tests
 # step installs them) go to a second folder, .carry-cli/wheels: the tree and .carry together come
 # close to the 64 MiB a device call carries, and diffusers alone is 6 MB.
-# Run after scripts/setup.sh (it uses .venv). Then: device run with carry [".carry"], and
-# [".carry", ".carry-cli"] for the cli-tests step.
+# Run after scripts/setup.sh (it uses .venv). Then: device run with carry [".carry"]; for the cli-tests
+# step with a prebuilt, carry the parts it needs: [".carry/prebuilt.tar.xz", ".carry/fashion-mnist",
+# ".carry/vae", ".carry/wheels", ".carry-cli"] (all of .carry and .carry-cli pass 64 MiB).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dst="$root/.carry"
