@@ -5,7 +5,7 @@
 # kernels (Nsight Compute, three launches each): SAMPLE_XL_NCU lists KERNEL_REGEX@DTYPE@SKIP (launches
 # skipped first; registering the weights launches quantize_rows_kernel over a hundred times), by default the
 # staged residual + LayerNorm-modulate kernel in bf16 and fp8 (add residual_ln_modulate_fwd@bf16@8@NALA_RESIDUAL_NORM_STAGED=0
-# for the one-pass kernel). One file: sample_xl.md. sample-peak adds
+# for the one-pass kernel), and the staged kernel's warp states in fp8 (SAMPLE_XL_NCU_DETAIL). One file: sample_xl.md. sample-peak adds
 # NaLaDiT-XL/2 and the switches off.
 #   bash scripts/device_build.sh prebuilt sample-xl
 #   SAMPLE_XL_NCU="bias_gelu_quantize_rows@fp8@8 ^quantize_rows_kernel@fp8@200" bash scripts/device_build.sh prebuilt sample-xl
@@ -37,6 +37,16 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
         --kernel-name "regex:$kernel" --launch-skip "${skip:-8}" --launch-count 3 \
         $n bench sample --models DiT-XL/2 --batch 64 --measure 1 --dtypes "$dt" --cuda-graphs off 2>&1 | grep -E "$kernel|duration|dram__|registers" | cut -c1-140
   done
+  # why a row kernel takes its time: warp states, scheduler and instruction statistics of one launch
+  # (SAMPLE_XL_NCU_DETAIL: the same KERNEL@DTYPE@SKIP[@VAR=1] entries; empty: none)
+  for spec in ${SAMPLE_XL_NCU_DETAIL-residual_ln_modulate_staged@fp8@8}; do
+    IFS=@ read -r kernel dt skip senv <<< "$spec"
+    echo "$kernel, $dt${senv:+, ${senv//,/ }}, warp states:"
+    env ${senv//,/ } ncu --clock-control none --section WarpStateStats --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis \
+        --kernel-name "regex:$kernel" --launch-skip "${skip:-8}" --launch-count 1 \
+        $n bench sample --models DiT-XL/2 --batch 64 --measure 1 --dtypes "$dt" --cuda-graphs off 2>&1 |
+      grep -E "Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps|Eligible Warps|Executed Ipc|Issue Slots|Executed Instructions|Memory Throughput|Hit Rate" | cut -c1-140
+  done
 } > "$out/sample_xl.md" 2>&1
-grep -E "^\||FAILED|^NALA_[A-Z0-9_]+=|, (bf16|fp8|fp32)(, .*)?:$|duration|dram__|registers|^gemm tune" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
+grep -E "^\||FAILED|^NALA_[A-Z0-9_]+=|, (bf16|fp8|fp32)(, .*)?:$|, warp states:$|duration|dram__|registers|^gemm tune|Stall|Warp Cycles|Eligible|Issue|Ipc|Instructions|Throughput|Hit Rate" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
 exit $failed
