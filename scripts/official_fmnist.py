@@ -22,8 +22,9 @@ sampled by nala's samplers and by the official ones:
 
 sample: DiT with diffusion.p_sample_loop at --sampling-steps respaced steps (sample.py's default
 250), SiT with Sampler.sample_ode (sample.py's defaults: dopri5, atol 1e-6, rtol 1e-3); unguided,
-random labels; images as sample_ddp.py writes them (clamp(127.5 x + 128), uint8, NHWC) with the
-labels as arr_1, for `nala eval --fmnist`.
+random labels; TF32 on, as both repositories' sample.py set it (the DiT row of 2026-12-04 ran before
+this, in plain float32); images as sample_ddp.py writes them (clamp(127.5 x + 128), uint8, NHWC) with
+the labels as arr_1, for `nala eval --fmnist`.
 """
 import argparse
 import copy
@@ -161,6 +162,8 @@ def sample(a):
     weights = ckpt / "ema.safetensors" if ckpt.is_dir() else ckpt
     if not weights.is_file():
         fail(f"{weights} does not exist")
+    torch.backends.cuda.matmul.allow_tf32 = True  # sample.py's settings (DiT and SiT alike)
+    torch.backends.cudnn.allow_tf32 = True
     model = make_model().to(dev).eval()
     model.load_state_dict(load_file(str(weights)))
     gen = torch.Generator(device=dev).manual_seed(a.seed)
