@@ -211,11 +211,13 @@ bool rows16(const at::Tensor& t) { return t.size(-1) % 8 == 0 && reinterpret_cas
 
 }  // namespace
 
-bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w) {
-  if (!x.is_cuda() || !w.is_cuda() || x.dim() != 2 || w.dim() != 2 || !x.is_contiguous() || !w.is_contiguous()) return false;
-  if (x.scalar_type() != w.scalar_type() || (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf)) return false;
-  return x.size(0) > 0 && rows16(x) && rows16(w) && w.size(0) % 8 == 0;
+bool gemm_grads_supported(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_cuda() && b.is_cuda() && a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() &&
+         a.scalar_type() == b.scalar_type() && (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf) && a.size(0) > 0 &&
+         a.size(1) > 0 && b.size(1) > 0 && rows16(a) && rows16(b) && a.get_device() == b.get_device();
 }
+
+bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w) { return gemm_grads_supported(x, w) && w.size(0) % 8 == 0; }
 
 std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool tune) {
   TORCH_CHECK(gemm_epilogue_supported(x, w) && x.size(1) == w.size(1) && b.dim() == 1 && b.size(0) == w.size(0),
@@ -290,12 +292,6 @@ at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
            cutlass ? &cutlass : nullptr))
     return at::Tensor();  // no algorithm with this epilogue: the caller takes ATen's path
   return y;
-}
-
-bool gemm_grads_supported(const at::Tensor& a, const at::Tensor& b) {
-  return a.is_cuda() && b.is_cuda() && a.dim() == 2 && b.dim() == 2 && a.is_contiguous() && b.is_contiguous() &&
-         a.scalar_type() == b.scalar_type() && (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf) && a.size(0) > 0 &&
-         a.size(1) > 0 && b.size(1) > 0 && rows16(a) && rows16(b) && a.get_device() == b.get_device();
 }
 
 namespace {

@@ -13,8 +13,9 @@
 
 namespace nala::ops::cuda {
 
-// x (R, K), w (N, K) [and aux (R, N)]: CUDA, one dtype (bf16 or fp16), contiguous, K and N
-// multiples of 8 (16-byte rows, as cuBLASLt's epilogue outputs need).
+// x (R, K), w (N, K) [and aux (R, N)]: CUDA on one device, one dtype (bf16 or fp16), contiguous,
+// R, K and N positive, K and N multiples of 8 (16-byte rows, as cuBLASLt's epilogue outputs need):
+// gemm_grads_supported below and N % 8.
 bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w);
 
 // {h, aux}, both (R, N) in x's dtype; b (N) is cast to x's dtype
