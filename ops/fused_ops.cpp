@@ -14,6 +14,7 @@ std::atomic<int> g_fused{-1};     // -1: not read from the environment yet
 std::atomic<int> g_epilogues{-1};
 std::atomic<int> g_gemm_tune{-1};
 std::atomic<int> g_gemm_tune_train{-1};
+std::atomic<int> g_gemm_bgrad{-1};
 std::atomic<int> g_recompute{-1};
 std::atomic<int> g_fp8_mlp{-1};
 std::atomic<int> g_fp8_ln{-1};
@@ -51,6 +52,8 @@ bool gemm_tuned() { return read_switch(g_gemm_tune, "NALA_GEMM_TUNE", 0); }
 void set_gemm_tuned(bool on) { g_gemm_tune = on ? 1 : 0; }
 bool gemm_tuned_training() { return read_switch(g_gemm_tune_train, "NALA_GEMM_TUNE_TRAIN", 0); }
 void set_gemm_tuned_training(bool on) { g_gemm_tune_train = on ? 1 : 0; }
+bool gemm_bias_grads() { return read_switch(g_gemm_bgrad, "NALA_GEMM_BGRAD", 0); }
+void set_gemm_bias_grads(bool on) { g_gemm_bgrad = on ? 1 : 0; }
 
 bool recompute_saved() { return read_switch(g_recompute, "NALA_RECOMPUTE", 0); }
 void set_recompute_saved(bool on) { g_recompute = on ? 1 : 0; }

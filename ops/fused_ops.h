@@ -34,6 +34,15 @@ void set_gemm_tuned(bool on);
 // the first 8 at DiT-XL/2's 65,536 training rows, ≈ 15 ms of a 406 ms step. Any other value is an error.
 bool gemm_tuned_training();
 void set_gemm_tuned_training(bool on);
+// Training's bias gradients from the GEMM epilogues that read the same gradient anyway: NALA_GEMM_BGRAD=1
+// has every linear layer's weight-gradient GEMM write Σ_rows ∂L/∂y too (cuBLASLt BGRADB; qkv, proj, fc2,
+// the final layer) and fc1's bias gradient come from the DGELU GEMM (DGELU_BGRAD), ops/cuda/gemm_epilogue.h,
+// instead of nala's column-sum pass over each (R, out) gradient: for DiT-XL/2 at batch 256 that pass
+// reads ≈ 1.36 GB a block (9 × 65,536 × 1,152 bf16), ≈ 8 ms a step at the H200's 4.8 TB/s. 0
+// (default, until the H200 times a training step with it) keeps the column sums. With
+// NALA_GEMM_TUNE_TRAIN=1 these GEMMs' algorithms are timed too. Any other value is an error.
+bool gemm_bias_grads();
+void set_gemm_bias_grads(bool on);
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
 // backward and recompute it there: the block's attention, gate, tail and output projection run as

@@ -67,14 +67,17 @@ LinearGrads linear_grads(const at::Tensor& dout2, const at::Tensor& x2, const at
   LinearGrads d;
 #ifdef NALA_WITH_CUDA
   // NALA_GEMM_TUNE_TRAIN=1: the timed algorithms (ops/cuda/gemm_epilogue.h); undefined: ATen's below
-  if (gemm_tuned_training() && dout2.is_cuda()) {
-    if (need_x && cuda::gemm_grads_supported(dout2, w) && dout2.size(1) == w.size(0)) d.x = cuda::gemm_dgrad(dout2, w, true);  // (R, in)
-    if (need_w && cuda::gemm_grads_supported(dout2, x2) && dout2.size(0) == x2.size(0)) d.w = cuda::gemm_wgrad(dout2, x2, true);  // (out, in)
-  }
+  const bool tuned = gemm_tuned_training() && dout2.is_cuda();
+  if (tuned && need_x && cuda::gemm_grads_supported(dout2, w) && dout2.size(1) == w.size(0)) d.x = cuda::gemm_dgrad(dout2, w, true);  // (R, in)
+  const bool wgrad_lt = dout2.is_cuda() && need_w && cuda::gemm_grads_supported(dout2, x2) && dout2.size(0) == x2.size(0);
+  // NALA_GEMM_BGRAD=1: the bias gradient from the weight gradient's epilogue (BGRADB); undefined: the column sum below
+  if (wgrad_lt && need_b && gemm_bias_grads())
+    if (auto [dw, db] = cuda::gemm_wgrad_bgrad(dout2, x2, tuned); dw.defined()) d.w = dw, d.b = db.to(b_dtype);  // (out, in), (out)
+  if (tuned && wgrad_lt && !d.w.defined()) d.w = cuda::gemm_wgrad(dout2, x2, true);  // (out, in)
 #endif
   if (need_x && !d.x.defined()) d.x = dout2.mm(w);         // (R, in)
   if (need_w && !d.w.defined()) d.w = dout2.t().mm(x2);    // (out, in)
-  if (need_b) d.b = column_sum(dout2).to(b_dtype);         // (out)
+  if (need_b && !d.b.defined()) d.b = column_sum(dout2).to(b_dtype);  // (out)
   return d;
 }
 

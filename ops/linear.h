@@ -34,7 +34,8 @@ at::Tensor column_sum(const at::Tensor& g2);
 
 // The three gradients of out = x·wᵀ + b from dout2 = ∂L/∂out (R, out) and x2 (R, in), each only
 // where its flag asks (else undefined): x (R, in) = dout2·w, w (out, in) = dout2ᵀ·x2 and
-// b (out) = column_sum(dout2) in b_dtype. dout2, x2 and w of one dtype. The backward of linear_op
+// b (out) = column_sum(dout2) in b_dtype (on CUDA with NALA_GEMM_BGRAD=1, from the w GEMM's epilogue:
+// ops/cuda/gemm_epilogue.h gemm_wgrad_bgrad). dout2, x2 and w of one dtype. The backward of linear_op
 // and of the fused operations that end or begin with a linear layer.
 // y (R, out) = x2 (R, in) · wᵀ + b, x2 and w of one dtype, b cast to it: a training layer's forward GEMM
 // (linear_op, the MLP's fc2), through the timed cuBLASLt algorithm where NALA_GEMM_TUNE_TRAIN=1 and the

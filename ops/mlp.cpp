@@ -38,12 +38,16 @@ std::array<at::Tensor, 2> fc1_forward(const at::Tensor& x2, const at::Tensor& w1
   return {at::gelu(a, "tanh"), a};
 }
 
-// dy = GELU_tanh'(a) ⊙ (g w2): (R, H)
-at::Tensor fc1_pre_activation_grad(const at::Tensor& g, const at::Tensor& w2, const at::Tensor& a, bool lt) {
+// dy = GELU_tanh'(a) ⊙ (g w2): (R, H), and with want_bias and NALA_GEMM_BGRAD=1 fc1's bias gradient Σ_rows dy
+// (H, float32) from the same GEMM's epilogue (DGELU_BGRAD), else undefined (the caller sums dy)
+std::array<at::Tensor, 2> fc1_pre_activation_grads(const at::Tensor& g, const at::Tensor& w2, const at::Tensor& a, bool lt, bool want_bias) {
 #ifdef NALA_WITH_CUDA
-  if (lt) return cuda::gemm_dgelu(g, w2, a, gemm_tuned_training());
+  if (lt && want_bias && gemm_bias_grads())
+    if (auto dy_db = cuda::gemm_dgelu_bgrad(g, w2, a, gemm_tuned_training()); dy_db[0].defined()) return dy_db;  // (R, H), (H)
+  if (lt) return {cuda::gemm_dgelu(g, w2, a, gemm_tuned_training()), at::Tensor()};
 #endif
-  return at::gelu_backward(g.mm(w2), a, "tanh");  // (R, H)
+  (void)want_bias;
+  return {at::gelu_backward(g.mm(w2), a, "tanh"), at::Tensor()};  // (R, H)
 }
 
 struct MlpFn : torch::autograd::Function<MlpFn> {
@@ -72,9 +76,11 @@ struct MlpFn : torch::autograd::Function<MlpFn> {
                                          ctx->needs_input_grad(4));  // (D, H), (D)
     LinearGrads fc1;
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
-      const at::Tensor dy = fc1_pre_activation_grad(g, w2, a, ctx->saved_data["lt"].toBool());  // (R, H)
-      fc1 = linear_grads(dy, x2, w1, at::ScalarType(ctx->saved_data["b1_dtype"].toInt()), ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                         ctx->needs_input_grad(2));  // (R, D), (H, D), (H)
+      const at::ScalarType b1_dtype = at::ScalarType(ctx->saved_data["b1_dtype"].toInt());
+      const auto [dy, db1] = fc1_pre_activation_grads(g, w2, a, ctx->saved_data["lt"].toBool(), ctx->needs_input_grad(2));  // (R, H), (H)
+      fc1 = linear_grads(dy, x2, w1, b1_dtype, ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                         ctx->needs_input_grad(2) && !db1.defined());  // (R, D), (H, D), (H)
+      if (db1.defined()) fc1.b = db1.to(b1_dtype);                      // (H)
     }
     const at::Tensor dx = fc1.x.defined() ? fc1.x.view(ctx->saved_data["x_shape"].toIntVector()) : fc1.x;  // (…, D)
     return {dx, fc1.w, fc1.b, fc2.w, fc2.b};

@@ -1,6 +1,7 @@
 #include "ops/cuda/gemm_epilogue.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +36,7 @@ cudaDataType_t cuda_dtype(at::ScalarType t) {
 }
 
 struct Desc {
+  bool soft = false;  // an error of the heuristic or of the run means "no algorithm" (a bias gradient's float32 try), not a failure
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -146,7 +148,7 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
   cublasLtMatmulHeuristicResult_t heur[8]{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.d, desc.d, desc.pref, timing ? 8 : 1, heur, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0) || (desc.soft && st != CUBLAS_STATUS_SUCCESS)) return false;
   check(st, "heuristic");
   int best = 0;
   if (timing) {  // every candidate writes the same D; the best one runs last, below
@@ -158,7 +160,9 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
       if (tune_log()) log += " " + std::to_string(int(us + 0.5f));
     }
     if (best_us < 0) {  // no timing came back (an event call failed): the heuristic's first, untimed and not kept
-      check(matmul(heur[0].algo), name);
+      const cublasStatus_t rs = matmul(heur[0].algo);
+      if (desc.soft && rs != CUBLAS_STATUS_SUCCESS) return false;
+      check(rs, name);
       return true;
     }
     Choice choice{false, heur[best].algo};
@@ -183,7 +187,9 @@ bool launch(Desc& desc, const void* alpha, const void* beta, const void* A, cons
       return true;
     }
   }
-  check(matmul(heur[best].algo), name);
+  const cublasStatus_t rs = matmul(heur[best].algo);
+  if (desc.soft && rs != CUBLAS_STATUS_SUCCESS) return false;  // nothing written: the caller's other try
+  check(rs, name);
   return true;
 }
 
@@ -240,25 +246,79 @@ std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tens
   return {h, aux};
 }
 
-at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune) {
+namespace {
+void check_dgelu_operands(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, const char* name) {
   TORCH_CHECK(g.is_cuda() && g.dim() == 2 && w.dim() == 2 && aux.dim() == 2 && g.size(1) == w.size(0) && aux.size(0) == g.size(0) &&
                   aux.size(1) == w.size(1) && g.scalar_type() == w.scalar_type() && aux.scalar_type() == w.scalar_type() &&
                   g.is_contiguous() && w.is_contiguous() && aux.is_contiguous() && g.size(0) > 0 && rows16(g) && rows16(w) && rows16(aux),
-              "gemm_dgelu: gradient ", g.sizes(), " ", g.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), " and aux ",
-              aux.sizes(), " ", aux.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
+              name, ": gradient ", g.sizes(), " ", g.scalar_type(), ", weight ", w.sizes(), " ", w.scalar_type(), " and aux ", aux.sizes(), " ",
+              aux.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
+}
+
+// The DGELU GEMM's description (aux read from `aux`, ld N) with `epilogue` (DGELU or DGELU_BGRAD)
+void describe_dgelu(Desc& desc, cublasLtEpilogue_t epilogue, const at::Tensor& aux, int64_t N) {
+  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue, "epilogue");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
+  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
+}
+
+// The tuning key's bit for a float32 bias gradient (the epilogue's value is below it)
+constexpr int kFloatBiasKey = 1 << 20;
+std::atomic<int64_t> g_bias_gradient_runs[2];  // [0]: in the output's dtype, [1]: in float32
+
+// A bias gradient (n) from a GEMM epilogue that writes it (DGELU_BGRAD, BGRADB): `run_with(db, in_float)`
+// describes and runs the GEMM with db as the bias pointer. First in float32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+// what the float32 bias parameter's gradient wants), then in the output's dtype (cuBLASLt's default for the
+// bias gradient, cublasLt.h CUBLASLT_MATMUL_DESC_BIAS_POINTER; what ATen's bf16 sum gives under autocast),
+// returned in float32; undefined where cuBLASLt offers an algorithm for neither.
+at::Tensor bias_gradient_epilogue(const at::Tensor& like, int64_t n, const std::function<bool(const at::Tensor&, bool)>& run_with) {
+  for (bool in_float : {true, false}) {
+    const at::Tensor db = at::empty({n}, like.options().dtype(in_float ? at::kFloat : like.scalar_type()));  // (n)
+    if (run_with(db, in_float)) {
+      ++g_bias_gradient_runs[in_float];
+      return db.to(at::kFloat);  // (n)
+    }
+  }
+  return at::Tensor();
+}
+
+void set_bias_gradient(Desc& desc, const at::Tensor& db, bool in_float) {
+  set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, db.data_ptr(), "bias gradient pointer");
+  if (in_float) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F), "bias gradient type");
+  desc.soft = in_float;  // a float32 bias gradient cuBLASLt does not take is a "no", then the output's dtype is tried
+}
+}  // namespace
+
+at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune) {
+  check_dgelu_operands(g, w, aux, "gemm_dgelu");
   const c10::cuda::CUDAGuard guard(g.device());
   const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
   at::Tensor dy = at::empty({R, N}, g.options());  // (R, N)
   Desc desc;
-  check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_DGELU, "epilogue");
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr(), "aux pointer");
-  set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, N, "aux ld");
+  describe_dgelu(desc, CUBLASLT_EPILOGUE_DGELU, aux, N);
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)
   TORCH_CHECK(run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu", tune,
                   int(CUBLASLT_EPILOGUE_DGELU)),
               "gemm_dgelu: cuBLASLt has no algorithm for ", R, "x", M, " -> ", N, " with this epilogue");
   return dy;
+}
+
+std::array<at::Tensor, 2> gemm_dgelu_bgrad(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune) {
+  check_dgelu_operands(g, w, aux, "gemm_dgelu_bgrad");
+  const c10::cuda::CUDAGuard guard(g.device());
+  const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
+  at::Tensor dy = at::empty({R, N}, g.options());  // (R, N)
+  // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R); the bias gradient sums D's rows' (N) entries over its R columns
+  const at::Tensor db = bias_gradient_epilogue(g, N, [&](const at::Tensor& b, bool in_float) {
+    Desc desc;
+    describe_dgelu(desc, CUBLASLT_EPILOGUE_DGELU_BGRAD, aux, N);
+    set_bias_gradient(desc, b, in_float);
+    return run(desc, false, N, R, M, cuda_dtype(g.scalar_type()), w.data_ptr(), g.data_ptr(), dy.data_ptr(), "gemm_dgelu_bgrad", tune,
+               int(CUBLASLT_EPILOGUE_DGELU_BGRAD) | (in_float ? kFloatBiasKey : 0));
+  });
+  if (!db.defined()) return {};
+  return {dy, db};
 }
 
 at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu, bool tune) {
@@ -308,6 +368,11 @@ at::Tensor plain_gemm(const at::Tensor& like, int64_t rows, int64_t cols, int64_
     return at::Tensor();
   return out;
 }
+
+void check_wgrad_operands(const at::Tensor& g, const at::Tensor& x, const char* name) {
+  TORCH_CHECK(gemm_grads_supported(g, x) && g.size(0) == x.size(0), name, ": gradient ", g.sizes(), " ", g.scalar_type(), " and input ",
+              x.sizes(), " ", x.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, rows multiples of 8)");
+}
 }  // namespace
 
 at::Tensor gemm_dgrad(const at::Tensor& g, const at::Tensor& w, bool tune) {
@@ -318,11 +383,31 @@ at::Tensor gemm_dgrad(const at::Tensor& g, const at::Tensor& w, bool tune) {
 }
 
 at::Tensor gemm_wgrad(const at::Tensor& g, const at::Tensor& x, bool tune) {
-  TORCH_CHECK(gemm_grads_supported(g, x) && g.size(0) == x.size(0), "gemm_wgrad: gradient ", g.sizes(), " ", g.scalar_type(),
-              " and input ", x.sizes(), " ", x.scalar_type(), " do not fit (contiguous CUDA bf16/fp16, rows multiples of 8)");
+  check_wgrad_operands(g, x, "gemm_wgrad");
   // column-major: dwᵀ (N, M) = x-stored (N, R) · (g-stored (M, R))ᵀ
   return plain_gemm(g, g.size(1), x.size(1), g.size(0), x, g, /*trans_b=*/true, "gemm_wgrad", tune);  // (M, N)
 }
+
+std::array<at::Tensor, 2> gemm_wgrad_bgrad(const at::Tensor& g, const at::Tensor& x, bool tune) {
+  check_wgrad_operands(g, x, "gemm_wgrad_bgrad");
+  const c10::cuda::CUDAGuard guard(g.device());
+  const int64_t R = g.size(0), M = g.size(1), N = x.size(1);
+  at::Tensor dw = at::empty({M, N}, g.options());  // (M, N)
+  // column-major: dwᵀ (N, M) = x-stored (N, R) · (g-stored (M, R))ᵀ: B = gᵀ (R, M), whose sum over the
+  // GEMM's k = R is Σ_rows g (M), the bias gradient BGRADB writes
+  const at::Tensor db = bias_gradient_epilogue(g, M, [&](const at::Tensor& b, bool in_float) {
+    Desc desc;
+    check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB, "epilogue");
+    set_bias_gradient(desc, b, in_float);
+    return run(desc, false, N, M, R, cuda_dtype(g.scalar_type()), x.data_ptr(), g.data_ptr(), dw.data_ptr(), "gemm_wgrad_bgrad", tune,
+               int(CUBLASLT_EPILOGUE_BGRADB) | (in_float ? kFloatBiasKey : 0), nullptr, /*trans_b=*/true);
+  });
+  if (!db.defined()) return {};
+  return {dw, db};
+}
+
+int64_t gemm_bias_gradient_runs(bool in_float) { return g_bias_gradient_runs[in_float].load(); }
 
 int64_t gemm_timings() {
   std::lock_guard<std::mutex> lock(g_tuned_mutex);

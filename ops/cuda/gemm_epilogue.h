@@ -23,6 +23,11 @@ bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w);
 std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool tune = false);
 // g (R, M), w (M, N) (fc2's weight: out M = D, in N = hidden), aux (R, N) → dy (R, N)
 at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune = false);
+// The same GEMM with fc1's bias gradient Σ_rows dy (N) from its epilogue (CUBLASLT_EPILOGUE_DGELU_BGRAD):
+// {dy (R, N), db (N) float32}, both undefined where cuBLASLt offers no algorithm (the caller then runs
+// gemm_dgelu and the column sum). The bias gradient is written in float32 where cuBLASLt takes that,
+// else in dy's dtype (its documented default) and converted: gemm_bias_gradient_runs says which ran.
+std::array<at::Tensor, 2> gemm_dgelu_bgrad(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune = false);
 
 // A training linear's two backward GEMMs (ops/linear.cpp linear_grads with NALA_GEMM_TUNE_TRAIN=1), in
 // g's dtype with float accumulation, as at::mm computes them; with tune the algorithm is timed and kept
@@ -35,6 +40,13 @@ at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor
 bool gemm_grads_supported(const at::Tensor& a, const at::Tensor& b);
 at::Tensor gemm_dgrad(const at::Tensor& g, const at::Tensor& w, bool tune);
 at::Tensor gemm_wgrad(const at::Tensor& g, const at::Tensor& x, bool tune);
+// gemm_wgrad with the layer's bias gradient Σ_rows g (M) from its epilogue (CUBLASLT_EPILOGUE_BGRADB: the
+// sum of the B operand gᵀ over the GEMM's k = R): {dw (M, N), db (M) float32}, both undefined where
+// cuBLASLt offers no algorithm; the bias gradient's dtype as gemm_dgelu_bgrad's. Training's
+// NALA_GEMM_BGRAD=1 (ops/fused_ops.h gemm_bias_grads) instead of nala's column-sum pass over g.
+std::array<at::Tensor, 2> gemm_wgrad_bgrad(const at::Tensor& g, const at::Tensor& x, bool tune);
+// how many bias gradients the two calls above have written in float32 (in_float) or in the output's dtype
+int64_t gemm_bias_gradient_runs(bool in_float);
 
 // y = x wᵀ + b, or GELU(x wᵀ + b) with gelu (CUBLASLT_EPILOGUE_BIAS / GELU_BIAS): sampling's linears
 // (ops/linear.cpp, ops/linear_gelu.cpp with NALA_GEMM_TUNE=1), (R, N) in x's dtype, b cast to it, as

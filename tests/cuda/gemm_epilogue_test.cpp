@@ -4,6 +4,7 @@
 // with the epilogues on against the same with them off (the bias-GELU kernel).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -45,6 +46,7 @@ class GemmEpilogue : public ::testing::Test {
     ops::set_gemm_epilogues(true);
     ops::set_gemm_tuned(false);
     ops::set_gemm_tuned_training(false);
+    ops::set_gemm_bias_grads(false);
   }
 };
 
@@ -235,23 +237,37 @@ TEST_F(GemmEpilogue, TunedTrainingGemmsMatchFloat64LikeAten) {
   EXPECT_THROW(ops::cuda::gemm_dgrad(g, w, true), c10::Error);
 }
 
-// A DiT-S linear layer and MLP trained one step under bf16 autocast with NALA_GEMM_TUNE_TRAIN=1 give
-// what ATen's GEMMs give (every output and gradient against float64 truth, as close as with the
-// switch off), and really run the timed GEMMs: the linear's forward, dgrad and wgrad (3 shapes), the
-// MLP's fc1 with GELU_AUX_BIAS, fc2, fc2's wgrad, the DGELU, fc1's dgrad and wgrad (6 more).
-TEST_F(GemmEpilogue, TunedTrainingLayersMatchAten) {
-  torch::manual_seed(13);
-  torch::nn::Linear fc(torch::nn::LinearOptions(384, 1152));
-  nala::models::Mlp mlp(384, 1536);
-  for (auto& p : fc->parameters()) p.detach().normal_(0, 0.05);
-  for (auto& p : mlp.parameters()) p.detach().normal_(0, 0.05);
-  fc->to(at::kCUDA);
-  mlp.to(at::kCUDA);
-  const at::Tensor x0 = at::randn({8, 64, 384}, at::kCUDA);                                    // (B, T, D)
-  const at::Tensor gq = at::randn({8, 64, 1152}, at::kCUDA), gm = at::randn({8, 64, 384}, at::kCUDA);  // output gradients
-  const std::vector<at::Tensor> params = {fc->weight, fc->bias, mlp.fc1->weight, mlp.fc1->bias, mlp.fc2->weight, mlp.fc2->bias};
-  auto run = [&](bool tuned) {
-    ops::set_gemm_tuned_training(tuned);
+namespace {
+// A DiT-S linear layer (384 → 1152, qkv's shape) and MLP (384 → 1536 → 384) with float32 parameters, one
+// training step under bf16 autocast with whatever switches are set, and the float64 truth of that step
+// on the CPU: {q, y, dx, dW, db, dW1, db1, dW2, db2}.
+struct TrainingLayers {
+  int seeded = (torch::manual_seed(13), 0);  // before the layers draw their initial weights
+  torch::nn::Linear fc{torch::nn::LinearOptions(384, 1152)};
+  nala::models::Mlp mlp{384, 1536};
+  at::Tensor x0, gq, gm;
+  std::vector<at::Tensor> params, truth;
+  static constexpr const char* names[9] = {"q", "y", "dx", "dW", "db", "dW1", "db1", "dW2", "db2"};
+
+  TrainingLayers() {
+    for (auto& p : fc->parameters()) p.detach().normal_(0, 0.05);
+    for (auto& p : mlp.parameters()) p.detach().normal_(0, 0.05);
+    fc->to(at::kCUDA);
+    mlp.to(at::kCUDA);
+    x0 = at::randn({8, 64, 384}, at::kCUDA);                                   // (B, T, D)
+    gq = at::randn({8, 64, 1152}, at::kCUDA), gm = at::randn({8, 64, 384}, at::kCUDA);  // output gradients
+    params = {fc->weight, fc->bias, mlp.fc1->weight, mlp.fc1->bias, mlp.fc2->weight, mlp.fc2->bias};
+    auto p64 = [](const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().requires_grad_(true); };
+    std::vector<at::Tensor> ps;
+    for (auto& p : params) ps.push_back(p64(p));
+    at::Tensor xd = p64(x0);
+    const at::Tensor qd = at::linear(xd, ps[0], ps[1]), yd = at::linear(at::gelu(at::linear(xd, ps[2], ps[3]), "tanh"), ps[4], ps[5]);
+    ((qd * d(gq)).sum() + (yd * d(gm)).sum()).backward();
+    truth = {qd.detach(), yd.detach(), xd.grad()};
+    for (auto& p : ps) truth.push_back(p.grad());
+  }
+
+  std::vector<at::Tensor> step() {
     for (auto p : params) p.mutable_grad() = at::Tensor();
     at::Tensor x = x0.clone().requires_grad_(true), q, y;
     {
@@ -263,32 +279,118 @@ TEST_F(GemmEpilogue, TunedTrainingLayersMatchAten) {
     std::vector<at::Tensor> out = {q.detach(), y.detach(), x.grad()};
     for (auto& p : params) out.push_back(p.grad());
     return out;
-  };
-  // the truth: the plain formulas in float64 on the CPU
-  auto p64 = [](const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().requires_grad_(true); };
-  std::vector<at::Tensor> ps;
-  for (auto& p : params) ps.push_back(p64(p));
-  at::Tensor xd = p64(x0);
-  const at::Tensor qd = at::linear(xd, ps[0], ps[1]), yd = at::linear(at::gelu(at::linear(xd, ps[2], ps[3]), "tanh"), ps[4], ps[5]);
-  ((qd * d(gq)).sum() + (yd * d(gm)).sum()).backward();
-  std::vector<at::Tensor> truth = {qd.detach(), yd.detach(), xd.grad()};
-  for (auto& p : ps) truth.push_back(p.grad());
+  }
+};
+}  // namespace
 
-  const auto off = run(false);
+// The layers trained one step under bf16 autocast with NALA_GEMM_TUNE_TRAIN=1 give what ATen's GEMMs
+// give (every output and gradient against float64 truth, as close as with the switch off), and really
+// run the timed GEMMs: the linear's forward, dgrad and wgrad (3 shapes), the MLP's fc1 with
+// GELU_AUX_BIAS, fc2, fc2's wgrad, the DGELU, fc1's dgrad and wgrad (6 more).
+TEST_F(GemmEpilogue, TunedTrainingLayersMatchAten) {
+  TrainingLayers layers;
+  ops::set_gemm_tuned_training(false);
+  const auto off = layers.step();
+  ops::set_gemm_tuned_training(true);
   ops::cuda::gemm_tuned_clear();
   const int64_t timings = ops::cuda::gemm_timings();
-  const auto on = run(true);
+  const auto on = layers.step();
   EXPECT_EQ(ops::cuda::gemm_timings(), timings + 9) << "the linear's 3 GEMMs and the MLP's 6, each timed once";
-  const auto again = run(true);
+  const auto again = layers.step();
   EXPECT_EQ(ops::cuda::gemm_timings(), timings + 9) << "a second step times nothing";
-  const char* names[] = {"q", "y", "dx", "dW", "db", "dW1", "db1", "dW2", "db2"};
   ASSERT_EQ(on.size(), 9u);
   for (size_t i = 0; i < on.size(); ++i) {
-    const double e_on = rel(on[i], truth[i]), e_off = rel(off[i], truth[i]);
-    std::printf("  tuned training %-4s vs float64: tuned %.2e, ATen %.2e\n", names[i], e_on, e_off);
-    EXPECT_EQ(on[i].scalar_type(), off[i].scalar_type()) << names[i];
-    EXPECT_LE(e_on, 1.5 * e_off + 2e-3) << names[i];
-    EXPECT_TRUE(at::equal(again[i], on[i])) << names[i] << ": the kept algorithms repeat bit for bit";
+    const char* name = TrainingLayers::names[i];
+    const double e_on = rel(on[i], layers.truth[i]), e_off = rel(off[i], layers.truth[i]);
+    std::printf("  tuned training %-4s vs float64: tuned %.2e, ATen %.2e\n", name, e_on, e_off);
+    EXPECT_EQ(on[i].scalar_type(), off[i].scalar_type()) << name;
+    EXPECT_LE(e_on, 1.5 * e_off + 2e-3) << name;
+    EXPECT_TRUE(at::equal(again[i], on[i])) << name << ": the kept algorithms repeat bit for bit";
+  }
+}
+
+// The bias gradients from the GEMM epilogues (ops/cuda/gemm_epilogue.h gemm_dgelu_bgrad: DGELU_BGRAD,
+// gemm_wgrad_bgrad: BGRADB) against float64 truth beside nala's column sum of ATen's GEMM output, bf16
+// and fp16, timed, kept and the heuristic's first; the GEMM outputs beside them as close to the truth
+// as at::mm's. A bias gradient cuBLASLt writes in the output's dtype (its default, where it refuses
+// float32) is allowed that dtype's rounding.
+TEST_F(GemmEpilogue, BiasGradientEpiloguesMatchFloat64) {
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    const double rounding = dt == at::kBFloat16 ? 4e-3 : 5e-4;  // ≈ a unit in the last place of the dtype, relative
+    for (auto [R, M, N] : {std::tuple<int64_t, int64_t, int64_t>{4096, 384, 1536}, {37, 64, 256}, {2048, 1152, 4608}}) {
+      torch::manual_seed(R + M + N);
+      // dgelu: g (R, M) fc2's output gradient, w2 (M, N) fc2's weight, aux (R, N) fc1's pre-activation
+      const at::Tensor g = at::randn({R, M}, at::kCUDA).to(dt), w2 = (at::randn({M, N}, at::kCUDA) * 0.05).to(dt);
+      const at::Tensor aux = at::randn({R, N}, at::kCUDA).to(dt);
+      const at::Tensor dy64 = at::gelu_backward(d(g).mm(d(w2)), d(aux), "tanh"), db1_64 = dy64.sum(0);  // (R, N), (N)
+      const at::Tensor dy_aten = at::gelu_backward(g.mm(w2), aux, "tanh");                              // (R, N)
+      const double edy_aten = rel(dy_aten, dy64), edb1_aten = rel(ops::column_sum(dy_aten), db1_64);
+      // wgrad: g (R, M) the layer's output gradient, x (R, N) its input
+      const at::Tensor x = at::randn({R, N}, at::kCUDA).to(dt);
+      const at::Tensor dw64 = d(g).t().mm(d(x)), db_64 = d(g).sum(0);  // (M, N), (M)
+      const double edw_aten = rel(g.t().mm(x), dw64), edb_aten = rel(ops::column_sum(g), db_64);
+      const std::string what = std::string(c10::toString(dt)) + " " + std::to_string(R) + "x" + std::to_string(M) + "x" + std::to_string(N);
+
+      ops::cuda::gemm_tuned_clear();
+      const int64_t timings = ops::cuda::gemm_timings();
+      const int64_t runs = ops::cuda::gemm_bias_gradient_runs(true) + ops::cuda::gemm_bias_gradient_runs(false);
+      const int64_t in_float = ops::cuda::gemm_bias_gradient_runs(true);
+      std::vector<std::array<at::Tensor, 2>> dgelu, wgrad;  // timed, kept, heuristic's first
+      for (bool tune : {true, true, false}) {
+        dgelu.push_back(ops::cuda::gemm_dgelu_bgrad(g, w2, aux, tune));
+        wgrad.push_back(ops::cuda::gemm_wgrad_bgrad(g, x, tune));
+        if (tune) EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2) << what << ": two shapes timed once, then kept";
+      }
+      EXPECT_EQ(ops::cuda::gemm_bias_gradient_runs(true) + ops::cuda::gemm_bias_gradient_runs(false), runs + 6) << what;
+      const bool f32 = ops::cuda::gemm_bias_gradient_runs(true) == in_float + 6;
+      std::printf("  %s: bias gradient written in %s; dgelu %.2e (ATen %.2e) db1 %.2e (column sum %.2e); wgrad %.2e (ATen %.2e) db %.2e (column sum %.2e)\n",
+                  what.c_str(), f32 ? "float32" : c10::toString(dt), rel(dgelu[0][0], dy64), edy_aten, rel(dgelu[0][1], db1_64), edb1_aten,
+                  rel(wgrad[0][0], dw64), edw_aten, rel(wgrad[0][1], db_64), edb_aten);
+      const double slack = f32 ? 1e-5 : rounding;
+      for (int i = 0; i < 3; ++i) {
+        for (const auto* r : {&dgelu[i], &wgrad[i]}) {
+          ASSERT_TRUE((*r)[0].defined() && (*r)[1].defined()) << what << ": cuBLASLt offers this epilogue on this GPU";
+          EXPECT_EQ((*r)[1].scalar_type(), at::kFloat) << what;
+        }
+        ASSERT_EQ(dgelu[i][0].sizes(), dy_aten.sizes()) << what;
+        ASSERT_EQ(wgrad[i][0].sizes(), (at::IntArrayRef{M, N})) << what;
+        EXPECT_LE(rel(dgelu[i][0], dy64), 1.25 * edy_aten + 1e-5) << what << ": dy";
+        EXPECT_LE(rel(dgelu[i][1], db1_64), 1.5 * edb1_aten + slack) << what << ": fc1's bias gradient";
+        EXPECT_LE(rel(wgrad[i][0], dw64), 1.25 * edw_aten + 1e-5) << what << ": dw";
+        EXPECT_LE(rel(wgrad[i][1], db_64), 1.5 * edb_aten + slack) << what << ": the bias gradient";
+      }
+    }
+  }
+  // operands the GEMMs cannot take are refused by name
+  const at::Tensor g = at::randn({16, 12}, at::kCUDA).to(at::kBFloat16), x = at::randn({16, 64}, at::kCUDA).to(at::kBFloat16);
+  EXPECT_THROW(ops::cuda::gemm_wgrad_bgrad(g, x, false), c10::Error);  // rows of 12 elements
+}
+
+// The layers trained one step under bf16 autocast with NALA_GEMM_BGRAD=1, alone and with
+// NALA_GEMM_TUNE_TRAIN=1: every output and gradient as close to float64 as with the column sums, the
+// three bias gradients (the linear's, fc2's, fc1's) from the epilogues, and with tuning nine shapes
+// timed as without it.
+TEST_F(GemmEpilogue, BiasGradientLayersMatchAten) {
+  TrainingLayers layers;
+  const auto off = layers.step();  // the column sums (the default)
+  for (bool tuned : {false, true}) {
+    ops::set_gemm_bias_grads(true);
+    ops::set_gemm_tuned_training(tuned);
+    ops::cuda::gemm_tuned_clear();
+    const int64_t timings = ops::cuda::gemm_timings();
+    const int64_t runs = ops::cuda::gemm_bias_gradient_runs(true) + ops::cuda::gemm_bias_gradient_runs(false);
+    const auto on = layers.step();
+    EXPECT_EQ(ops::cuda::gemm_bias_gradient_runs(true) + ops::cuda::gemm_bias_gradient_runs(false), runs + 3)
+        << "the linear's, fc2's and fc1's bias gradients from the epilogues";
+    EXPECT_EQ(ops::cuda::gemm_timings(), timings + (tuned ? 9 : 0));
+    ASSERT_EQ(on.size(), 9u);
+    for (size_t i = 0; i < on.size(); ++i) {
+      const char* name = TrainingLayers::names[i];
+      const double e_on = rel(on[i], layers.truth[i]), e_off = rel(off[i], layers.truth[i]);
+      std::printf("  bias gradients from the epilogues (tuned %d) %-4s vs float64: %.2e, column sums %.2e\n", int(tuned), name, e_on, e_off);
+      EXPECT_EQ(on[i].scalar_type(), off[i].scalar_type()) << name;
+      EXPECT_LE(e_on, 1.5 * e_off + 4e-3) << name;
+    }
   }
 }
 

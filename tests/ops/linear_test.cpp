@@ -8,6 +8,7 @@
 
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
+#include "ops/mlp.h"
 
 using namespace nala::ops;
 
@@ -91,4 +92,27 @@ TEST(LinearOp, TunedTrainingSwitchLeavesTheCpuOnAten) {
   const auto on = step(true), off = step(false);  // off last: the default
   for (size_t i = 0; i < on.size(); ++i) EXPECT_TRUE(at::equal(on[i], off[i])) << "output/gradient " << i;
   EXPECT_TRUE(at::equal(linear_forward(x0.view({10, 16}), w0, b0), at::linear(x0.view({10, 16}), w0, b0)));
+}
+
+TEST(LinearOp, BiasGradientSwitchLeavesTheCpuOnAten) {
+  // NALA_GEMM_BGRAD=1 (ops/fused_ops.h gemm_bias_grads: bias gradients from cuBLASLt's epilogues)
+  // concerns CUDA tensors alone: on the CPU linear_op's and mlp_op's outputs and gradients are the
+  // bits they are with the switch off, which LinearOp's and the MLP's other tests hold against
+  // autograd of the plain formulas
+  torch::manual_seed(6);
+  const at::Tensor x0 = at::randn({2, 5, 16}), w0 = at::randn({8, 16}), b0 = at::randn({8}), g = at::randn({2, 5, 8});
+  const at::Tensor w1 = at::randn({32, 16}), b1 = at::randn({32}), w2 = at::randn({16, 32}), b2 = at::randn({16}), gm = at::randn({2, 5, 16});
+  auto step = [&](bool bgrad) {
+    set_gemm_bias_grads(bgrad);
+    auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
+    const at::Tensor x = leaf(x0), w = leaf(w0), b = leaf(b0), v1 = leaf(w1), c1 = leaf(b1), v2 = leaf(w2), c2 = leaf(b2);
+    const at::Tensor y = linear_op(x, w, b), m = mlp_op(x, v1, c1, v2, c2);  // (2, 5, 8), (2, 5, 16)
+    ((y * g).sum() + (m * gm).sum()).backward();
+    return std::vector<at::Tensor>{y.detach(), m.detach(), x.grad(), w.grad(), b.grad(), v1.grad(), c1.grad(), v2.grad(), c2.grad()};
+  };
+  const auto on = step(true), off = step(false);  // off last: the default
+  for (size_t i = 0; i < on.size(); ++i) {
+    ASSERT_TRUE(on[i].defined()) << "output/gradient " << i;
+    EXPECT_TRUE(at::equal(on[i], off[i])) << "output/gradient " << i;
+  }
 }
