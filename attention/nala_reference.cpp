@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "attention/feature_maps.h"
+#include "attention/sdpa_backend.h"
 
 namespace nala::attention {
 
@@ -21,7 +22,7 @@ at::Tensor nala_attention_reference(const at::Tensor& q, const at::Tensor& k, co
 }
 
 at::Tensor softmax_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return at::scaled_dot_product_attention(q, k, v);  // (B, H, N, d), scale 1/√d
+  return sdpa_with_backend(q, k, v, sdpa_backend());  // (B, H, N, d), scale 1/√d
 }
 
 at::Tensor nala_attention_weights(const at::Tensor& q, const at::Tensor& k, const NalaOptions& opt) {

@@ -12,7 +12,8 @@ namespace nala::attention {
 
 at::Tensor nala_attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt);
 
-// Exact softmax attention, softmax(q kᵀ / √d) v, through at::scaled_dot_product_attention.
+// Exact softmax attention, softmax(q kᵀ / √d) v, through at::scaled_dot_product_attention (on CUDA
+// with the fused kernel NALA_SDPA_BACKEND names, attention/sdpa_backend.h).
 at::Tensor softmax_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // The attention weights w_i = φ_q(q)·φ_k(k_i) / Σ_j φ_q(q)·φ_k(k_j) that NaLa gives one query over

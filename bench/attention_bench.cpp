@@ -1,7 +1,8 @@
 // `nala bench attention`: NaLa attention (the fused path of this build: CUDA kernels on a GPU,
 // the fast CPU path on the CPU) next to the ATen reference and softmax attention
-// (at::scaled_dot_product_attention, its default backend), forward and forward+backward, same
-// shapes, dtype and run. Prints a table; asserts nothing.
+// (at::scaled_dot_product_attention: row sdpa with NALA_SDPA_BACKEND's choice, ATen's by default, and
+// on a GPU in 16 bits sdpa-cudnn, sdpa-flash, sdpa-efficient, each of ATen's fused kernels alone),
+// forward and forward+backward, same shapes, dtype and run. Prints a table; asserts nothing.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -11,6 +12,7 @@
 
 #include "attention/nala_attention.h"
 #include "attention/nala_reference.h"
+#include "attention/sdpa_backend.h"
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/nala_cuda.h"
 #endif
@@ -92,6 +94,12 @@ int bench_attention(int argc, char** argv) {
       };
       std::vector<Path> paths = {{"sdpa", [](auto& a1, auto& b1, auto& c1) { return attention::softmax_attention(a1, b1, c1); }},
                                  {dev.is_cuda() ? "nala-cuda" : "nala-cpu", [&](auto& a1, auto& b1, auto& c1) { return attention::nala_attention(a1, b1, c1, opt); }}};
+      // ATen's three fused softmax kernels one at a time (attention/sdpa_backend.h, NALA_SDPA_BACKEND)
+      if (dev.is_cuda() && dt != at::kFloat)
+        for (auto b : {attention::SdpaBackend::CuDNN, attention::SdpaBackend::Flash, attention::SdpaBackend::Efficient}) {
+          static const std::string names[] = {"", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient"};
+          paths.push_back({names[int(b)].c_str(), [b](auto& a1, auto& b1, auto& c1) { return attention::sdpa_with_backend(a1, b1, c1, b); }});
+        }
 #ifdef NALA_WITH_CUDA
       // the two kernel families forced (forward and backward), next to the automatic choice above
       if (dev.is_cuda()) {

@@ -1,0 +1,100 @@
+#include "attention/sdpa_backend.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/SDPBackend.h>
+
+namespace nala::attention {
+namespace {
+
+std::atomic<int> g_backend{-1};  // -1: not read from the environment yet
+
+// ATen's global enables of its three fused kernels, limited to one for the lifetime of this object
+// and then restored (math stays as the user left it: the float32 / float64 path)
+class FusedKernelLimit {
+ public:
+  explicit FusedKernelLimit(SdpaBackend b) {
+    at::Context& ctx = at::globalContext();
+    flash_ = ctx.userEnabledFlashSDP(), efficient_ = ctx.userEnabledMemEfficientSDP(), cudnn_ = ctx.userEnabledCuDNNSDP();
+    ctx.setSDPUseFlash(b == SdpaBackend::Flash);
+    ctx.setSDPUseMemEfficient(b == SdpaBackend::Efficient);
+    ctx.setSDPUseCuDNN(b == SdpaBackend::CuDNN);
+  }
+  ~FusedKernelLimit() {
+    at::Context& ctx = at::globalContext();
+    ctx.setSDPUseFlash(flash_);
+    ctx.setSDPUseMemEfficient(efficient_);
+    ctx.setSDPUseCuDNN(cudnn_);
+  }
+  FusedKernelLimit(const FusedKernelLimit&) = delete;
+  FusedKernelLimit& operator=(const FusedKernelLimit&) = delete;
+
+ private:
+  bool flash_ = true, efficient_ = true, cudnn_ = true;
+};
+
+at::SDPBackend aten_backend(SdpaBackend b) {
+  switch (b) {
+    case SdpaBackend::CuDNN: return at::SDPBackend::cudnn_attention;
+    case SdpaBackend::Flash: return at::SDPBackend::flash_attention;
+    case SdpaBackend::Efficient: return at::SDPBackend::efficient_attention;
+    default: return at::SDPBackend::error;
+  }
+}
+
+// whether b limits this call: CUDA 16-bit inputs and a named kernel
+bool limited(const at::Tensor& q, SdpaBackend b) {
+  return b != SdpaBackend::Auto && q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf);
+}
+
+}  // namespace
+
+SdpaBackend parse_sdpa_backend(const std::string& name, const std::string& what) {
+  if (name == "auto") return SdpaBackend::Auto;
+  if (name == "cudnn") return SdpaBackend::CuDNN;
+  if (name == "flash") return SdpaBackend::Flash;
+  if (name == "efficient") return SdpaBackend::Efficient;
+  TORCH_CHECK(false, what, "='", name, "' is not a softmax-attention kernel: auto, cudnn, flash or efficient");
+}
+
+std::string sdpa_backend_name(SdpaBackend b) {
+  switch (b) {
+    case SdpaBackend::CuDNN: return "cudnn";
+    case SdpaBackend::Flash: return "flash";
+    case SdpaBackend::Efficient: return "efficient";
+    default: return "auto";
+  }
+}
+
+SdpaBackend sdpa_backend() {
+  int v = g_backend.load();
+  if (v < 0) {
+    const char* env = std::getenv("NALA_SDPA_BACKEND");
+    v = int(env && *env ? parse_sdpa_backend(env) : SdpaBackend::Auto);
+    g_backend = v;
+  }
+  return SdpaBackend(v);
+}
+
+void set_sdpa_backend(SdpaBackend b) { g_backend = int(b); }
+
+int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
+  if (!limited(q, b)) return at::_fused_sdp_choice(q, k, v);
+  const FusedKernelLimit limit(b);
+  return at::_fused_sdp_choice(q, k, v);
+}
+
+at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
+  if (!limited(q, b)) return at::scaled_dot_product_attention(q, k, v);  // (B, H, N, d)
+  const FusedKernelLimit limit(b);
+  const int64_t chosen = at::_fused_sdp_choice(q, k, v);
+  TORCH_CHECK(chosen == int64_t(aten_backend(b)), "NALA_SDPA_BACKEND=", sdpa_backend_name(b), ": ATen's ", sdpa_backend_name(b),
+              " attention kernel does not take q ", q.sizes(), " (strides ", q.strides(), ", ", q.scalar_type(), ") on this GPU; ATen would run its backend ",
+              chosen, " (0 math, 1 flash, 2 efficient, 3 cudnn). Unset NALA_SDPA_BACKEND for ATen's own choice.");
+  return at::scaled_dot_product_attention(q, k, v);  // (B, H, N, d)
+}
+
+}  // namespace nala::attention
