@@ -7,6 +7,10 @@
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 
+#ifdef NALA_WITH_CUDA
+#include "attention/cuda/softmax_cuda.h"
+#endif
+
 namespace nala::attention {
 namespace {
 
@@ -45,9 +49,15 @@ at::SDPBackend aten_backend(SdpaBackend b) {
   }
 }
 
-// whether b limits this call: CUDA 16-bit inputs and a named kernel
+// whether b limits this call to one of ATen's kernels: CUDA 16-bit inputs and a named ATen kernel
 bool limited(const at::Tensor& q, SdpaBackend b) {
-  return b != SdpaBackend::Auto && q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf);
+  return b != SdpaBackend::Auto && b != SdpaBackend::Nala && q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf);
+}
+
+// whether nala's forward kernel runs this call: NALA_SDPA_BACKEND=nala, CUDA bf16, no gradient wanted
+bool nala_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
+  const bool grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  return b == SdpaBackend::Nala && q.is_cuda() && q.scalar_type() == at::kBFloat16 && !grad;
 }
 
 }  // namespace
@@ -57,7 +67,8 @@ SdpaBackend parse_sdpa_backend(const std::string& name, const std::string& what)
   if (name == "cudnn") return SdpaBackend::CuDNN;
   if (name == "flash") return SdpaBackend::Flash;
   if (name == "efficient") return SdpaBackend::Efficient;
-  TORCH_CHECK(false, what, "='", name, "' is not a softmax-attention kernel: auto, cudnn, flash or efficient");
+  if (name == "nala") return SdpaBackend::Nala;
+  TORCH_CHECK(false, what, "='", name, "' is not a softmax-attention kernel: auto, cudnn, flash, efficient or nala");
 }
 
 std::string sdpa_backend_name(SdpaBackend b) {
@@ -65,6 +76,7 @@ std::string sdpa_backend_name(SdpaBackend b) {
     case SdpaBackend::CuDNN: return "cudnn";
     case SdpaBackend::Flash: return "flash";
     case SdpaBackend::Efficient: return "efficient";
+    case SdpaBackend::Nala: return "nala";
     default: return "auto";
   }
 }
@@ -82,12 +94,20 @@ SdpaBackend sdpa_backend() {
 void set_sdpa_backend(SdpaBackend b) { g_backend = int(b); }
 
 int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
+  if (nala_kernel(q, k, v, b)) return kNalaSoftmaxKernel;
   if (!limited(q, b)) return at::_fused_sdp_choice(q, k, v);
   const FusedKernelLimit limit(b);
   return at::_fused_sdp_choice(q, k, v);
 }
 
 at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
+  if (nala_kernel(q, k, v, b)) {
+#ifdef NALA_WITH_CUDA
+    return softmax_forward_cuda(q, k, v);  // (B, H, N, d); an error naming what does not fit
+#else
+    TORCH_CHECK(false, "NALA_SDPA_BACKEND=nala: this build has no CUDA kernels");
+#endif
+  }
   if (!limited(q, b)) return at::scaled_dot_product_attention(q, k, v);  // (B, H, N, d)
   const FusedKernelLimit limit(b);
   const int64_t chosen = at::_fused_sdp_choice(q, k, v);

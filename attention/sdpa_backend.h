@@ -8,7 +8,11 @@
 //   NALA_SDPA_BACKEND=auto (default): ATen's choice
 //   NALA_SDPA_BACKEND=cudnn | flash | efficient: that kernel alone for 16-bit CUDA inputs (float32
 //   and float64 inputs, which none of them takes in every case, keep ATen's choice); inputs the kernel
-//   does not take are an error naming it, never a silent fallback. Any other value is an error.
+//   does not take are an error naming it, never a silent fallback.
+//   NALA_SDPA_BACKEND=nala: nala's own forward kernel (attention/cuda/softmax_fwd.h, FlashAttention-2's
+//   algorithm for short sequences, head dims 64 and 72) for bf16 CUDA inputs where no gradient is
+//   wanted (sampling); it has no backward, so training, and other dtypes, keep ATen's choice.
+//   Any other value is an error.
 // The choice holds for one call (ATen's global enables set and restored around it), so the VAE's
 // attention and every other caller keep ATen's default.
 #pragma once
@@ -18,11 +22,11 @@
 
 namespace nala::attention {
 
-enum class SdpaBackend : int { Auto = 0, CuDNN = 1, Flash = 2, Efficient = 3 };
+enum class SdpaBackend : int { Auto = 0, CuDNN = 1, Flash = 2, Efficient = 3, Nala = 4 };
 
 SdpaBackend sdpa_backend();  // read from NALA_SDPA_BACKEND at first use
 void set_sdpa_backend(SdpaBackend b);
-// "auto", "cudnn", "flash", "efficient"; anything else throws, naming `what` and the value
+// "auto", "cudnn", "flash", "efficient", "nala"; anything else throws, naming `what` and the value
 SdpaBackend parse_sdpa_backend(const std::string& name, const std::string& what = "NALA_SDPA_BACKEND");
 std::string sdpa_backend_name(SdpaBackend b);
 
@@ -30,7 +34,8 @@ std::string sdpa_backend_name(SdpaBackend b);
 // kernels limited to b as above
 at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b);
 // the kernel sdpa_with_backend(q, k, v, b) runs, as at::SDPBackend's value (0 math, 1 flash,
-// 2 efficient, 3 cuDNN; ATen's _fused_sdp_choice under the same limits)
+// 2 efficient, 3 cuDNN; ATen's _fused_sdp_choice under the same limits) or kNalaSoftmaxKernel
+constexpr int64_t kNalaSoftmaxKernel = 100;
 int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b);
 
 }  // namespace nala::attention

@@ -1,7 +1,8 @@
 // `nala bench attention`: NaLa attention (the fused path of this build: CUDA kernels on a GPU,
 // the fast CPU path on the CPU) next to the ATen reference and softmax attention
 // (at::scaled_dot_product_attention: row sdpa with NALA_SDPA_BACKEND's choice, ATen's by default, and
-// on a GPU in 16 bits sdpa-cudnn, sdpa-flash, sdpa-efficient, each of ATen's fused kernels alone),
+// on a GPU in 16 bits sdpa-cudnn, sdpa-flash, sdpa-efficient, each of ATen's fused kernels alone, and in
+// bf16 sdpa-nala, nala's forward kernel: its fwd+bwd column is ATen's, as training runs it),
 // forward and forward+backward, same shapes, dtype and run. Prints a table; asserts nothing.
 #include <cstdio>
 #include <iostream>
@@ -96,8 +97,9 @@ int bench_attention(int argc, char** argv) {
                                  {dev.is_cuda() ? "nala-cuda" : "nala-cpu", [&](auto& a1, auto& b1, auto& c1) { return attention::nala_attention(a1, b1, c1, opt); }}};
       // ATen's three fused softmax kernels one at a time (attention/sdpa_backend.h, NALA_SDPA_BACKEND)
       if (dev.is_cuda() && dt != at::kFloat)
-        for (auto b : {attention::SdpaBackend::CuDNN, attention::SdpaBackend::Flash, attention::SdpaBackend::Efficient}) {
-          static const std::string names[] = {"", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient"};
+        for (auto b : {attention::SdpaBackend::CuDNN, attention::SdpaBackend::Flash, attention::SdpaBackend::Efficient, attention::SdpaBackend::Nala}) {
+          if (b == attention::SdpaBackend::Nala && dt != at::kBFloat16) continue;
+          static const std::string names[] = {"", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "sdpa-nala"};
           paths.push_back({names[int(b)].c_str(), [b](auto& a1, auto& b1, auto& c1) { return attention::sdpa_with_backend(a1, b1, c1, b); }});
         }
 #ifdef NALA_WITH_CUDA

@@ -13,7 +13,7 @@
 using namespace nala::attention;
 
 TEST(SdpaBackend, NamesRoundTripAndOthersAreAnErrorNamingTheValue) {
-  for (auto b : {SdpaBackend::Auto, SdpaBackend::CuDNN, SdpaBackend::Flash, SdpaBackend::Efficient})
+  for (auto b : {SdpaBackend::Auto, SdpaBackend::CuDNN, SdpaBackend::Flash, SdpaBackend::Efficient, SdpaBackend::Nala})
     EXPECT_EQ(parse_sdpa_backend(sdpa_backend_name(b)), b);
   try {
     parse_sdpa_backend("flash2");
@@ -21,7 +21,7 @@ TEST(SdpaBackend, NamesRoundTripAndOthersAreAnErrorNamingTheValue) {
   } catch (const c10::Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("NALA_SDPA_BACKEND='flash2'"), std::string::npos) << m;
-    EXPECT_NE(m.find("auto, cudnn, flash or efficient"), std::string::npos) << m;
+    EXPECT_NE(m.find("auto, cudnn, flash, efficient or nala"), std::string::npos) << m;
   }
 }
 
@@ -33,7 +33,7 @@ TEST(SdpaBackend, TheCpuKeepsAtensChoiceForEveryName) {
   const at::Tensor truth = at::matmul(at::softmax(s, -1), v.to(at::kDouble));                            // (B, H, N, d)
   const at::Tensor aten = at::scaled_dot_product_attention(q, k, v);                                      // (B, H, N, d)
   ASSERT_LT((aten.to(at::kDouble) - truth).abs().max().item<double>(), 1e-5);
-  for (auto b : {SdpaBackend::Auto, SdpaBackend::CuDNN, SdpaBackend::Flash, SdpaBackend::Efficient}) {
+  for (auto b : {SdpaBackend::Auto, SdpaBackend::CuDNN, SdpaBackend::Flash, SdpaBackend::Efficient, SdpaBackend::Nala}) {
     EXPECT_TRUE(at::equal(sdpa_with_backend(q, k, v, b), aten)) << sdpa_backend_name(b);
     EXPECT_EQ(sdpa_choice(q, k, v, b), at::_fused_sdp_choice(q, k, v)) << sdpa_backend_name(b);
     set_sdpa_backend(b);

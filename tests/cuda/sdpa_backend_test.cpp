@@ -92,6 +92,7 @@ TEST_F(SdpaBackendCuda, EachKernelRunsAndMatchesFloat64LikeAtensChoice) {
 // What the blocks run: each kernel in DiT-S/2's sampling forward under bf16 autocast is as close to the
 // float32 forward as ATen's choice; at DiT-S/2's head dim 64 and 256 tokens every one of the three takes it.
 TEST_F(SdpaBackendCuda, DitForwardWithEachKernel) {
+  // (and nala's forward kernel, which the sampling forward takes: no gradient)
   auto c = nala::test::perturbed_dit("DiT-S/2");
   const torch::NoGradGuard no_grad;
   const at::Tensor ref = c.model->forward(c.x, c.t, c.y);  // float32
@@ -101,11 +102,50 @@ TEST_F(SdpaBackendCuda, DitForwardWithEachKernel) {
   };
   const double e_auto = rel(bf16(), ref);
   std::printf("  DiT-S/2 bf16 forward vs float32: auto %.2e", e_auto);
-  for (auto b : kNamed) {
+  for (auto b : {att::SdpaBackend::CuDNN, att::SdpaBackend::Flash, att::SdpaBackend::Efficient, att::SdpaBackend::Nala}) {
     att::set_sdpa_backend(b);
     const double e = rel(bf16(), ref);
     std::printf("; %s %.2e", att::sdpa_backend_name(b).c_str(), e);
     EXPECT_LE(e, 1.5 * e_auto + 1e-3) << att::sdpa_backend_name(b);
   }
   std::printf("\n");
+}
+
+// nala's forward kernel (attention/cuda/softmax_fwd.h, NALA_SDPA_BACKEND=nala) against a float64 softmax
+// beside ATen's choice: bf16, head dims 64 and 72, one key block, a ragged last block, many blocks, one
+// token, on the blocks' strided views and on contiguous tensors; o is (B, N, H, d) in memory; every
+// element written (the output is allocated fresh: a missed one shows as garbage against the truth).
+TEST_F(SdpaBackendCuda, NalaKernelMatchesFloat64LikeAtensChoice) {
+  const torch::NoGradGuard no_grad;
+  for (int64_t d : {64, 72})
+    for (int64_t N : {256, 97, 1, 1000, 64})
+      for (bool strided : {true, false}) {
+        const int64_t B = 3, H = 5;
+        torch::manual_seed(N + d + strided);
+        const at::Tensor qkv = (at::randn({B, N, 3, H, d}, at::kCUDA) * 1.5).to(at::kBFloat16);  // scores of a few units: a peaked softmax
+        std::vector<at::Tensor> t = {qkv.select(2, 0).transpose(1, 2), qkv.select(2, 1).transpose(1, 2), qkv.select(2, 2).transpose(1, 2)};
+        if (!strided)
+          for (auto& x : t) x = x.contiguous();
+        const at::Tensor q64 = t[0].to(at::kDouble).cpu(), k64 = t[1].to(at::kDouble).cpu(), v64 = t[2].to(at::kDouble).cpu();
+        const at::Tensor truth = at::matmul(at::softmax(at::matmul(q64, k64.transpose(-1, -2)) / std::sqrt(double(d)), -1), v64);  // (B, H, N, d)
+        const at::Tensor aten = att::sdpa_with_backend(t[0], t[1], t[2], att::SdpaBackend::Auto);
+        ASSERT_EQ(att::sdpa_choice(t[0], t[1], t[2], att::SdpaBackend::Nala), att::kNalaSoftmaxKernel);
+        const at::Tensor o = att::sdpa_with_backend(t[0], t[1], t[2], att::SdpaBackend::Nala);
+        const std::string what = "d " + std::to_string(d) + " N " + std::to_string(N) + (strided ? " strided" : " contiguous");
+        std::printf("  nala softmax kernel %s: vs float64 %.2e, ATen's choice %.2e\n", what.c_str(), rel(o, truth), rel(aten, truth));
+        ASSERT_EQ(o.sizes(), aten.sizes()) << what;
+        EXPECT_EQ(o.scalar_type(), at::kBFloat16) << what;
+        EXPECT_TRUE(o.transpose(1, 2).is_contiguous()) << what << ": (B, N, H, d) in memory";
+        EXPECT_FALSE(o.isnan().any().item<bool>()) << what;
+        EXPECT_LE(rel(o, truth), 1.5 * rel(aten, truth) + 1e-3) << what;
+      }
+  // what the kernel does not take is an error naming it, not a silent fallback
+  const at::Tensor x = at::randn({2, 3, 16, 48}, at::kCUDA).to(at::kBFloat16);  // head dim 48
+  EXPECT_THROW(att::sdpa_with_backend(x, x, x, att::SdpaBackend::Nala), c10::Error);
+  // with a gradient wanted (training) ATen's choice runs: the kernel has no backward
+  const at::Tensor y = at::randn({2, 3, 16, 64}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
+  torch::AutoGradMode grad(true);
+  EXPECT_NE(att::sdpa_choice(y, y, y, att::SdpaBackend::Nala), att::kNalaSoftmaxKernel);
+  const at::Tensor oy = att::sdpa_with_backend(y, y, y, att::SdpaBackend::Nala);
+  EXPECT_TRUE(oy.requires_grad());
 }

@@ -1,0 +1,203 @@
+// nala's softmax attention forward (attention/cuda/softmax_fwd.h): the FlashAttention-2 forward
+// (Dao 2023, "FlashAttention-2", Algorithm 1) written for the DiT blocks' short sequences and head
+// dims 64 and 72, where ATen's kernels (cuDNN's on the H200) run well above their floors: at DiT-XL/2's
+// sampling shape (128 × 16 heads of 72, 256 tokens) cuDNN's forward took 157 µs a block (docs/benchmarks.md)
+// against ≈ 31 µs of memory and ≈ 65 µs of bf16 tensor-core work.
+//
+// A CTA of 4 warps owns 64 queries of one (batch, head); each warp owns 16 of them. The keys go by in
+// blocks of 64, K and V double-buffered in shared memory by cp.async (the next block in flight while
+// the current one is used). Per block, per warp: s = q kᵀ (bf16 mma.sync m16n8k16, fp32 accumulators;
+// head dim 72 zero-padded to 80 for this product), the online softmax of its rows (running max m and
+// sum l: o is rescaled by 2^(m_old − m_new) when the max grows), p = 2^(s·scale·log2 e − m) rounded to
+// bf16, o += p v. At the end o / l is written as bf16.
+#include <stdexcept>
+#include <string>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "attention/cuda/mma_bf16.cuh"
+#include "attention/cuda/softmax_fwd.h"
+#include "ops/cuda/cp_async.cuh"
+#include "ops/cuda/ptx_math.cuh"
+
+namespace nala::attention::cuda {
+namespace {
+
+using namespace nala::cuda_async;
+using nala::cuda_ptx::ex2_approx;
+
+template <int D>
+struct SoftmaxFwdTile {
+  static constexpr int BM = 64, BN = 64, THREADS = 128;
+  // CTAs an SM the registers must allow: 4 at d = 64 (128 registers, no spills), 3 at d = 72 (≤ 168;
+  // unbounded it took 189, two CTAs an SM)
+  static constexpr int MIN_BLOCKS = D == 64 ? 4 : 3;
+  static constexpr int DK = (D + 15) / 16 * 16;  // q·kᵀ's reduction in whole k16 steps (pads are zero)
+  static constexpr int LDQK = ld_bf16(DK);       // q and k tile rows, bf16 elements
+  static constexpr int LDV = ld_bf16(D);         // v tile rows
+  static constexpr int NT = D / 8;               // n8 tiles of a warp's o (16 × D)
+  static constexpr int KS = DK / 16;             // k16 steps of q·kᵀ
+  static constexpr int SQ = 0, SK = SQ + BM * LDQK, SV = SK + 2 * BN * LDQK, ELEMS = SV + 2 * BN * LDV;
+  static constexpr int BYTES = ELEMS * 2;
+  static_assert(D % 8 == 0 && LDQK % 8 == 0 && LDV % 8 == 0, "16-byte rows");
+};
+
+// rows [0, 64) of a (rows, D) bf16 matrix whose rows are `stride` elements apart into a tile with
+// leading dimension ld, by 16-byte cp.async; rows at or past `valid` are zero-filled, never read
+template <int D, int THREADS>
+__device__ __forceinline__ void copy_rows(__nv_bfloat16* tile, int ld, const __nv_bfloat16* src, int64_t stride, int valid) {
+  constexpr int CH = D / 8;
+  for (int i = threadIdx.x; i < 64 * CH; i += THREADS) {
+    const int r = i / CH, c = i - r * CH;
+    const bool ok = r < valid;
+    cp_async_zfill16(tile + r * ld + 8 * c, ok ? src + int64_t(r) * stride + 8 * c : src, ok);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (the lower column) in the low half
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int D>
+__global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>::MIN_BLOCKS) softmax_fwd_kernel(const SoftmaxFwdParams p) {
+  using Tl = SoftmaxFwdTile<D>;
+  extern __shared__ __align__(16) unsigned char softmax_smem[];
+  __nv_bfloat16* sm = reinterpret_cast<__nv_bfloat16*>(softmax_smem);
+  __nv_bfloat16 *sQ = sm + Tl::SQ, *sK = sm + Tl::SK, *sV = sm + Tl::SV;
+  const int qblocks = (p.N + Tl::BM - 1) / Tl::BM;
+  const int bh = blockIdx.x / qblocks, q0 = (blockIdx.x - bh * qblocks) * Tl::BM;  // consecutive CTAs share a (batch, head): k, v from L2
+  const int b = bh / p.H, h = bh - b * p.H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q) + b * p.q_stride[0] + h * p.q_stride[1] + int64_t(q0) * p.q_stride[2];
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k) + b * p.k_stride[0] + h * p.k_stride[1];
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
+
+  // the pad columns D..DK of the q tile and both k buffers: zero, so they add nothing to q·kᵀ
+  if constexpr (Tl::DK > D) {
+    static_assert(Tl::DK - D == 8, "one 16-byte pad a row");
+    for (int r = threadIdx.x; r < Tl::BM + 2 * Tl::BN; r += Tl::THREADS)
+      *reinterpret_cast<uint4*>((r < Tl::BM ? sQ + r * Tl::LDQK : sK + (r - Tl::BM) * Tl::LDQK) + D) = make_uint4(0, 0, 0, 0);
+  }
+  copy_rows<D, Tl::THREADS>(sQ, Tl::LDQK, q, p.q_stride[2], p.N - q0);
+  copy_rows<D, Tl::THREADS>(sK, Tl::LDQK, k, p.k_stride[2], p.N);
+  copy_rows<D, Tl::THREADS>(sV, Tl::LDV, v, p.v_stride[2], p.N);
+  cp_async_commit();
+
+  const int kblocks = (p.N + Tl::BN - 1) / Tl::BN;
+  float o[Tl::NT][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows g and g + 8 of this warp: running max (log2 units) and this thread's part of the sum
+  for (int j = 0; j < kblocks; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < kblocks) {  // the next block into the buffer the last iteration read (free since its closing barrier)
+      const int n0 = (j + 1) * Tl::BN;
+      copy_rows<D, Tl::THREADS>(sK + (buf ^ 1) * Tl::BN * Tl::LDQK, Tl::LDQK, k + int64_t(n0) * p.k_stride[2], p.k_stride[2], p.N - n0);
+      copy_rows<D, Tl::THREADS>(sV + (buf ^ 1) * Tl::BN * Tl::LDV, Tl::LDV, v + int64_t(n0) * p.v_stride[2], p.v_stride[2], p.N - n0);
+    }
+    cp_async_commit();  // (an empty group past the last block)
+    cp_async_wait<1>();  // every group but the newest: q and block j
+    __syncthreads();
+    const __nv_bfloat16 *kt = sK + buf * Tl::BN * Tl::LDQK, *vt = sV + buf * Tl::BN * Tl::LDV;
+
+    // s (16 × 64) = q kᵀ: B(k = channel, n = key) is k's rows; q's fragments read again each block
+    // (the q tile stays in shared memory) rather than held in 4·KS registers across the loop
+    float s[8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < Tl::KS; ++kk) {
+      uint32_t qa[4];
+      load_a<false>(qa, sQ, Tl::LDQK, 16 * warp, 16 * kk);
+      mma_row<8, false>(s, qa, kt, Tl::LDQK, 0, 16 * kk);
+    }
+    // in log2 units; keys past N never count
+    const int valid = p.N - j * Tl::BN;
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * n + 2 * t + (e & 1);
+        s[n][e] = col < valid ? s[n][e] * p.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the row's max over its quad (the four lanes holding it)
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      corr[r] = ex2_approx(m[r] - mx[r]);  // 0 at the first block (m = −∞; every block has a valid key, so mx is finite)
+      m[r] = mx[r];
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = ex2_approx(s[n][e] - m[e >> 1]);  // p; 0 for the keys past N
+        l[e >> 1] += s[n][e];
+      }
+#pragma unroll
+    for (int n = 0; n < Tl::NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] *= corr[e >> 1];
+
+    // o (16 × D) += p (16 × 64) v: p's C fragments are the A fragments of the k16 steps; B(k = key, n = channel) is v's rows (transposed loads)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]), pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      mma_row<Tl::NT, true>(o, pa, vt, Tl::LDV, 0, 16 * kk);
+    }
+    __syncthreads();  // every warp is done with this buffer before the next iteration's copies into it
+  }
+  cp_async_wait<0>();
+
+  // o / l, the row sums gathered over the quad
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = 1.f / l[r];
+  }
+  auto* out = static_cast<__nv_bfloat16*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + 16 * warp + g + 8 * r;
+    if (row >= p.N) continue;
+    __nv_bfloat16* dst = out + int64_t(row) * p.o_stride[2] + 2 * t;
+#pragma unroll
+    for (int n = 0; n < Tl::NT; ++n)
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * n) = __floats2bfloat162_rn(o[n][2 * r] * inv[r], o[n][2 * r + 1] * inv[r]);
+  }
+}
+
+template <int D>
+void launch(const SoftmaxFwdParams& p, cudaStream_t st) {
+  using Tl = SoftmaxFwdTile<D>;
+  static const bool smem_set = [] {
+    return cudaFuncSetAttribute(softmax_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::BYTES) == cudaSuccess;
+  }();
+  if (!smem_set) throw std::runtime_error("softmax_fwd: cannot reserve " + std::to_string(Tl::BYTES) + " bytes of shared memory");
+  const int64_t blocks = int64_t(p.B) * p.H * ((p.N + Tl::BM - 1) / Tl::BM);
+  if (blocks > 2147483647) throw std::runtime_error("softmax_fwd: " + std::to_string(blocks) + " thread blocks exceed the grid");
+  softmax_fwd_kernel<D><<<unsigned(blocks), Tl::THREADS, Tl::BYTES, st>>>(p);
+}
+
+}  // namespace
+
+bool softmax_fwd_supported(int D) { return D == 64 || D == 72; }
+
+void launch_softmax_fwd(const SoftmaxFwdParams& p, void* stream) {
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (p.D == 64) launch<64>(p, st);
+  else if (p.D == 72) launch<72>(p, st);
+  else throw std::runtime_error("softmax_fwd: head dim " + std::to_string(p.D) + " (64 or 72 only)");
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("softmax_fwd: launch failed: ") + cudaGetErrorString(e));
+}
+
+}  // namespace nala::attention::cuda
