@@ -22,7 +22,7 @@
 namespace nala::attention::cuda {
 namespace {
 
-using namespace nala::cuda_vec;  // load2, store2, load4, store4, warp_sum
+using namespace nala::cuda_vec;  // load2, store2, load4, store4, warp_sum, clamped_vec
 
 constexpr int kWarps = 4;           // warps a block
 constexpr int kChunkChannels = 64;  // channels of a lepe block: 32 lanes × 2
@@ -253,14 +253,19 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_fwd(const GatedTailParams
   if (row >= p.B * p.N) return;
   const int64_t b = row / p.N, n = row - b * p.N;
   const int D4 = p.D / 4;
-  float x[NV][4];
+  const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
+  // the row's u and g, every load issued before the first is used (clamped_vec: no branch between them)
+  float x[NV][4], gv[NV][4];
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int c = 4 * clamped_vec(lane, j, D4);
+    load4(u + row * p.D + c, x[j]);
+    load4(g + c, gv[j]);
+  }
   float s = 0;
 #pragma unroll
   for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D4) {
-      load4(u + row * p.D + 4 * (lane + 32 * j), x[j]);
-      s += x[j][0] + x[j][1] + x[j][2] + x[j][3];
-    }
+    if (lane + 32 * j < D4) s += x[j][0] + x[j][1] + x[j][2] + x[j][3];
   const float mean = warp_sum(s) / float(p.D);
   float q = 0;
 #pragma unroll
@@ -269,17 +274,17 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_fwd(const GatedTailParams
 #pragma unroll
       for (int k = 0; k < 4; ++k) q += (x[j][k] - mean) * (x[j][k] - mean);
   const float rstd = rsqrtf(warp_sum(q) / float(p.D) + p.eps);  // biased variance, as nn.LayerNorm
-  const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
+    float w[4], bb[4];  // the norm's weight and bias (the same for every row: from L1), loaded unguarded
+    const int cw = 4 * clamped_vec(lane, j, D4);
+    load4(p.norm_w + cw, w);
+    load4(p.norm_b + cw, bb);
     const int c = 4 * (lane + 32 * j);
     if (c < p.D) {
-      float gv[4], w[4], bb[4], out[4];
-      load4(g + c, gv);
-      load4(p.norm_w + c, w);
-      load4(p.norm_b + c, bb);
+      float out[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) out[k] = ((x[j][k] - mean) * rstd * w[k] + bb[k]) * gv[k] * sigmoid(gv[k]);
+      for (int k = 0; k < 4; ++k) out[k] = ((x[j][k] - mean) * rstd * w[k] + bb[k]) * gv[j][k] * sigmoid(gv[j][k]);
       store4(y + row * p.D + c, out);
     }
   }
@@ -297,6 +302,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
                                                            int64_t rows_per_block) {
   extern __shared__ float sums[];  // (kWarps, 2, D): Σ dn·x̂, Σ dn
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int D4 = p.D / 4;
   float* sw = sums + warp * 2 * p.D;
   float* sb = sw + p.D;
   for (int c = 4 * lane; c < p.D; c += 128) {
@@ -310,26 +316,33 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
     const int64_t b = row / p.N, n = row - b * p.N;
     const float mu = mean_in[row], r = rstd_in[row];
     const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
-    float xh[NV][4], e[NV][4];
+    // the row's u, dy and g, every global load issued before the first is used (clamped_vec: no
+    // branch between them; guarded, each vector's loads waited for the previous one's); dy lands in e
+    float xh[NV][4], e[NV][4], gv[NV][4];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = 4 * clamped_vec(lane, j, D4);
+      load4(u + row * p.D + c, xh[j]);
+      load4(dy + row * p.D + c, e[j]);
+      load4(g + c, gv[j]);
+    }
     float se = 0, sex = 0;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const int c = 4 * (lane + 32 * j);
       if (c < p.D) {
-        float d[4], gv[4], w[4], bb[4], dgv[4], aw[4], ab[4];
-        load4(u + row * p.D + c, xh[j]);
-        load4(dy + row * p.D + c, d);
-        load4(g + c, gv);
-        load4(p.norm_w + c, w);
+        float w[4], bb[4], dgv[4], aw[4], ab[4];
+        load4(p.norm_w + c, w);  // (the same for every row: from L1)
         load4(p.norm_b + c, bb);
         load4(sw + c, aw);
         load4(sb + c, ab);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
+          const float d = e[j][k];
           xh[j][k] = (xh[j][k] - mu) * r;
-          const float sg = sigmoid(gv[k]), nk = xh[j][k] * w[k] + bb[k];
-          dgv[k] = d[k] * nk * sg * (1.0f + gv[k] * (1.0f - sg));
-          const float dn = d[k] * gv[k] * sg;
+          const float sg = sigmoid(gv[j][k]), nk = xh[j][k] * w[k] + bb[k];
+          dgv[k] = d * nk * sg * (1.0f + gv[j][k] * (1.0f - sg));
+          const float dn = d * gv[j][k] * sg;
           aw[k] += dn * xh[j][k];
           ab[k] += dn;
           e[j][k] = dn * w[k];

@@ -54,13 +54,6 @@ __device__ __forceinline__ void load_sample4(const SampleVec& v, int64_t n, int 
   else load4(static_cast<const float*>(v.p) + i, o);
 }
 
-// The vector index (of 4 channels) lane's j-th registers hold, clamped to the row: a lane past the
-// row's end re-reads its last vector (a valid address) and never stores it. Loads with no branch
-// around them can all be issued before the first result is used; with `if (c < D / 4)` and a switch
-// on a vector's type around each, every vector's loads waited for the previous one's (one memory
-// round trip a vector: 2.8 TB/s, 81 % of the time stalled on L1TEX; Nsight Compute, nineteenth
-// session in docs/benchmarks.md).
-__device__ __forceinline__ int clamped_vec(int lane, int j, int D4) { return min(lane + 32 * j, D4 - 1); }
 
 // o = (o − μ)·r·(1 + scale) + shift with sample vectors of one type V (their row's start)
 template <typename V, int NV>
@@ -365,58 +358,69 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
   float acc_scale[NV][4] = {}, acc_shift[NV][4] = {};
   float sc[NV][4];
 #pragma unroll
-  for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D4) load_sample4(scale, n, 4 * (lane + 32 * j), sc[j]);
+  for (int j = 0; j < NV; ++j) load_sample4(scale, n, 4 * clamped_vec(lane, j, D4), sc[j]);
   const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
   for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
     const int64_t row = n * T + t;
     const float mu = mean_in[row], r = rstd_in[row];
     float xh[NV][4], g[NV][4];
-    // the residual gradient is loaded with x and dout (before the reductions, not after: one memory
-    // latency a row instead of two) where the registers allow it
+    // every vector's x and dout loads issued before the first is used (clamped_vec: no branch between
+    // them; a guard around each vector's loads made each wait for the previous one's, as the forward
+    // kernels did before the nineteenth session), and the residual gradient with them (before the
+    // reductions, not after: one memory latency a row instead of two) where the registers allow it
     constexpr bool kEarlyRes = NV <= 6;
     float res[kEarlyRes ? NV : 1][4];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = clamped_vec(lane, j, D4);
+      load4(x + row * D + 4 * c, xh[j]);
+      load4(dout + row * D + 4 * c, g[j]);  // dout, scaled into g below
+    }
+    if (kEarlyRes && dres)
+#pragma unroll
+      for (int j = 0; j < NV; ++j) load4(dres + row * D + 4 * clamped_vec(lane, j, D4), res[kEarlyRes ? j : 0]);
     float sg = 0, sgx = 0;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      const int c = lane + 32 * j;
-      if (c < D4) {
-        float dy[4];
-        load4(x + row * D + 4 * c, xh[j]);
-        load4(dout + row * D + 4 * c, dy);
-        if (kEarlyRes && dres) load4(dres + row * D + 4 * c, res[kEarlyRes ? j : 0]);
+      const bool valid = lane + 32 * j < D4;  // a clamped vector re-read: never summed, never stored
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          xh[j][e] = (xh[j][e] - mu) * r;
-          g[j][e] = dy[e] * (1.0f + sc[j][e]);
+      for (int e = 0; e < 4; ++e) {
+        const float dy = g[j][e];
+        xh[j][e] = (xh[j][e] - mu) * r;
+        g[j][e] = dy * (1.0f + sc[j][e]);
+        if (valid) {
           sg += g[j][e];
           sgx += g[j][e] * xh[j][e];
-          acc_scale[j][e] += dy[e] * xh[j][e];
-          acc_shift[j][e] += dy[e];
         }
+        acc_scale[j][e] += dy * xh[j][e];
+        acc_shift[j][e] += dy;
       }
     }
     const float mg = warp_sum(sg) / float(D), mgx = warp_sum(sgx) / float(D);
 #pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) g[j][e] = r * (g[j][e] - mg - xh[j][e] * mgx);  // dx of the LayerNorm; x̂ is dead from here
+    if (dres) {
+      if constexpr (kEarlyRes) {
+#pragma unroll
+        for (int j = 0; j < NV; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) g[j][e] += res[j][e];
+      } else {  // the row's residual gradient now, every vector's load issued before the first add (x̂'s registers are free)
+        float a[NV][4];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) load4(dres + row * D + 4 * clamped_vec(lane, j, D4), a[j]);
+#pragma unroll
+        for (int j = 0; j < NV; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) g[j][e] += a[j][e];
+      }
+    }
+#pragma unroll
     for (int j = 0; j < NV; ++j) {
       const int c = lane + 32 * j;
-      if (c < D4) {
-        float o[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = r * (g[j][e] - mg - xh[j][e] * mgx);
-        if (dres) {
-          float a[4];
-          if (kEarlyRes) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[e] = res[kEarlyRes ? j : 0][e];
-          } else {
-            load4(dres + row * D + 4 * c, a);
-          }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[e] += a[e];
-        }
-        store4(dx + row * D + 4 * c, o);
-      }
+      if (c < D4) store4(dx + row * D + 4 * c, g[j]);
     }
   }
   // per-sample sums over this chunk's tokens: warps' partials through shared memory, in warp order
@@ -463,22 +467,27 @@ __global__ void __launch_bounds__(kWarps * 32) gated_residual_bwd(const TX* __re
   const int D4 = D / 4;
   float acc[NV][4] = {}, gv[NV][4];
 #pragma unroll
-  for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D4) load_sample4(gate, n, 4 * (lane + 32 * j), gv[j]);
+  for (int j = 0; j < NV; ++j) load_sample4(gate, n, 4 * clamped_vec(lane, j, D4), gv[j]);
   const int64_t t_end = T < int64_t(chunk + 1) * rows_per_chunk ? T : int64_t(chunk + 1) * rows_per_chunk;
   for (int64_t t = int64_t(chunk) * rows_per_chunk + warp; t < t_end; t += kWarps) {
     const int64_t row = n * T + t;
+    // the row's loads all issued before the first is used (clamped_vec, as ln_modulate_bwd)
+    float d[NV][4], b[NV][4];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = clamped_vec(lane, j, D4);
+      load4(dout + row * D + 4 * c, d[j]);
+      load4(y + row * D + 4 * c, b[j]);
+    }
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const int c = lane + 32 * j;
       if (c < D4) {
-        float d[4], b[4], o[4];
-        load4(dout + row * D + 4 * c, d);
-        load4(y + row * D + 4 * c, b);
+        float o[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          o[e] = d[e] * gv[j][e];
-          acc[j][e] += d[e] * b[e];
+          o[e] = d[j][e] * gv[j][e];
+          acc[j][e] += d[j][e] * b[j][e];
         }
         store4(dy + row * D + 4 * c, o);
       }

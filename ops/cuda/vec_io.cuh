@@ -8,6 +8,14 @@
 
 namespace nala::cuda_vec {
 
+// The vector index (of 4 channels) a lane's j-th registers hold in the row kernels (lane holds vectors
+// lane + 32j), clamped to the row: a lane past the row's end re-reads its last vector (a valid address)
+// and never sums or stores it. Loads with no branch around them can all be issued before the first
+// result is used; with `if (c < D / 4)` and a switch on a vector's type around each, every vector's
+// loads waited for the previous one's (one memory round trip a vector: 2.8 TB/s, 81 % of the time
+// stalled on L1TEX; Nsight Compute, nineteenth session in docs/benchmarks.md).
+__device__ __forceinline__ int clamped_vec(int lane, int j, int D4) { return min(lane + 32 * j, D4 - 1); }
+
 __device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
   const float4 a = *reinterpret_cast<const float4*>(p);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
