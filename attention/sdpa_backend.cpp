@@ -94,7 +94,12 @@ SdpaBackend sdpa_backend() {
 void set_sdpa_backend(SdpaBackend b) { g_backend = int(b); }
 
 int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
-  if (nala_kernel(q, k, v, b)) return kNalaSoftmaxKernel;
+  if (nala_kernel(q, k, v, b)) {
+#ifdef NALA_WITH_CUDA
+    if (softmax_forward_cuda_supported(q, k, v)) return kNalaSoftmaxKernel;
+#endif
+    return int64_t(at::SDPBackend::error);  // sdpa_with_backend refuses these inputs
+  }
   if (!limited(q, b)) return at::_fused_sdp_choice(q, k, v);
   const FusedKernelLimit limit(b);
   return at::_fused_sdp_choice(q, k, v);

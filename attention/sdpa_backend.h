@@ -34,7 +34,8 @@ std::string sdpa_backend_name(SdpaBackend b);
 // kernels limited to b as above
 at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b);
 // the kernel sdpa_with_backend(q, k, v, b) runs, as at::SDPBackend's value (0 math, 1 flash,
-// 2 efficient, 3 cuDNN; ATen's _fused_sdp_choice under the same limits) or kNalaSoftmaxKernel
+// 2 efficient, 3 cuDNN; ATen's _fused_sdp_choice under the same limits), kNalaSoftmaxKernel, or −1
+// where the call is an error (NALA_SDPA_BACKEND=nala and inputs its kernel does not take)
 constexpr int64_t kNalaSoftmaxKernel = 100;
 int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b);
 

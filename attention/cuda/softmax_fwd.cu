@@ -178,10 +178,9 @@ __global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>:
 template <int D>
 void launch(const SoftmaxFwdParams& p, cudaStream_t st) {
   using Tl = SoftmaxFwdTile<D>;
-  static const bool smem_set = [] {
-    return cudaFuncSetAttribute(softmax_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::BYTES) == cudaSuccess;
-  }();
-  if (!smem_set) throw std::runtime_error("softmax_fwd: cannot reserve " + std::to_string(Tl::BYTES) + " bytes of shared memory");
+  // every launch (a per-device setting; cheap, and allowed inside a graph capture, as the NaLa kernels do)
+  if (Tl::BYTES > 48 * 1024 && cudaFuncSetAttribute(softmax_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::BYTES) != cudaSuccess)
+    throw std::runtime_error("softmax_fwd: cannot reserve " + std::to_string(Tl::BYTES) + " bytes of shared memory");
   const int64_t blocks = int64_t(p.B) * p.H * ((p.N + Tl::BM - 1) / Tl::BM);
   if (blocks > 2147483647) throw std::runtime_error("softmax_fwd: " + std::to_string(blocks) + " thread blocks exceed the grid");
   softmax_fwd_kernel<D><<<unsigned(blocks), Tl::THREADS, Tl::BYTES, st>>>(p);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -266,18 +267,34 @@ void describe_dgelu(Desc& desc, cublasLtEpilogue_t epilogue, const at::Tensor& a
 // The tuning key's bit for a float32 bias gradient (the epilogue's value is below it)
 constexpr int kFloatBiasKey = 1 << 20;
 std::atomic<int64_t> g_bias_gradient_runs[2];  // [0]: in the output's dtype, [1]: in float32
+// (epilogue, dtype, device) where cuBLASLt refused a float32 bias gradient: not asked again. cublasLt.h
+// documents the bias gradient in the output's type (CUBLASLT_MATMUL_DESC_BIAS_POINTER), with exceptions
+// for IMMA and FP8 kernels only, so the float32 try may well be refused every time.
+std::mutex g_float_refused_mutex;
+std::set<std::tuple<int, int, int>> g_float_refused;
 
 // A bias gradient (n) from a GEMM epilogue that writes it (DGELU_BGRAD, BGRADB): `run_with(db, in_float)`
 // describes and runs the GEMM with db as the bias pointer. First in float32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-// what the float32 bias parameter's gradient wants), then in the output's dtype (cuBLASLt's default for the
-// bias gradient, cublasLt.h CUBLASLT_MATMUL_DESC_BIAS_POINTER; what ATen's bf16 sum gives under autocast),
-// returned in float32; undefined where cuBLASLt offers an algorithm for neither.
-at::Tensor bias_gradient_epilogue(const at::Tensor& like, int64_t n, const std::function<bool(const at::Tensor&, bool)>& run_with) {
+// what the float32 bias parameter's gradient wants), then in the output's dtype (cuBLASLt's documented
+// type for the bias gradient; what ATen's bf16 sum gives under autocast), returned in float32; undefined
+// where cuBLASLt offers an algorithm for neither (the caller then sums the gradient itself).
+at::Tensor bias_gradient_epilogue(const at::Tensor& like, int64_t n, int epilogue, const std::function<bool(const at::Tensor&, bool)>& run_with) {
+  const std::tuple<int, int, int> kind{epilogue, int(like.scalar_type()), like.get_device()};
+  bool try_float = false;
+  {
+    std::lock_guard<std::mutex> lock(g_float_refused_mutex);
+    try_float = g_float_refused.count(kind) == 0;
+  }
   for (bool in_float : {true, false}) {
+    if (in_float && !try_float) continue;
     const at::Tensor db = at::empty({n}, like.options().dtype(in_float ? at::kFloat : like.scalar_type()));  // (n)
     if (run_with(db, in_float)) {
       ++g_bias_gradient_runs[in_float];
       return db.to(at::kFloat);  // (n)
+    }
+    if (in_float) {
+      std::lock_guard<std::mutex> lock(g_float_refused_mutex);
+      g_float_refused.insert(kind);
     }
   }
   return at::Tensor();
@@ -286,7 +303,7 @@ at::Tensor bias_gradient_epilogue(const at::Tensor& like, int64_t n, const std::
 void set_bias_gradient(Desc& desc, const at::Tensor& db, bool in_float) {
   set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, db.data_ptr(), "bias gradient pointer");
   if (in_float) set(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F), "bias gradient type");
-  desc.soft = in_float;  // a float32 bias gradient cuBLASLt does not take is a "no", then the output's dtype is tried
+  desc.soft = true;  // an epilogue cuBLASLt does not take is a "no": the other type, then the caller's column sum
 }
 }  // namespace
 
@@ -310,7 +327,7 @@ std::array<at::Tensor, 2> gemm_dgelu_bgrad(const at::Tensor& g, const at::Tensor
   const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
   at::Tensor dy = at::empty({R, N}, g.options());  // (R, N)
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R); the bias gradient sums D's rows' (N) entries over its R columns
-  const at::Tensor db = bias_gradient_epilogue(g, N, [&](const at::Tensor& b, bool in_float) {
+  const at::Tensor db = bias_gradient_epilogue(g, N, int(CUBLASLT_EPILOGUE_DGELU_BGRAD), [&](const at::Tensor& b, bool in_float) {
     Desc desc;
     describe_dgelu(desc, CUBLASLT_EPILOGUE_DGELU_BGRAD, aux, N);
     set_bias_gradient(desc, b, in_float);
@@ -395,7 +412,7 @@ std::array<at::Tensor, 2> gemm_wgrad_bgrad(const at::Tensor& g, const at::Tensor
   at::Tensor dw = at::empty({M, N}, g.options());  // (M, N)
   // column-major: dwᵀ (N, M) = x-stored (N, R) · (g-stored (M, R))ᵀ: B = gᵀ (R, M), whose sum over the
   // GEMM's k = R is Σ_rows g (M), the bias gradient BGRADB writes
-  const at::Tensor db = bias_gradient_epilogue(g, M, [&](const at::Tensor& b, bool in_float) {
+  const at::Tensor db = bias_gradient_epilogue(g, M, int(CUBLASLT_EPILOGUE_BGRADB), [&](const at::Tensor& b, bool in_float) {
     Desc desc;
     check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
     set(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BGRADB, "epilogue");

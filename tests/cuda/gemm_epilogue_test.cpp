@@ -41,6 +41,8 @@ class GemmEpilogue : public ::testing::Test {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
     at::globalContext().setAllowTF32CuBLAS(false);
     ops::set_fused_block_ops(true);
+    ops::set_gemm_tuned_training(false);  // the defaults, whatever the environment says
+    ops::set_gemm_bias_grads(false);
   }
   void TearDown() override {  // the defaults
     ops::set_gemm_epilogues(true);
@@ -341,6 +343,13 @@ TEST_F(GemmEpilogue, BiasGradientEpiloguesMatchFloat64) {
         wgrad.push_back(ops::cuda::gemm_wgrad_bgrad(g, x, tune));
         if (tune) EXPECT_EQ(ops::cuda::gemm_timings(), timings + 2) << what << ": two shapes timed once, then kept";
       }
+      if (!dgelu[0][0].defined() || !wgrad[0][0].defined()) {
+        // cuBLASLt may not offer an epilogue at every shape (then the layers sum the gradient themselves);
+        // the DiT shapes (rows a multiple of 8) must have it
+        std::printf("  %s: epilogue not offered (dgelu %d, wgrad %d)\n", what.c_str(), int(dgelu[0][0].defined()), int(wgrad[0][0].defined()));
+        EXPECT_NE(R % 8, 0) << what << ": cuBLASLt offers no bias-gradient epilogue at a DiT shape";
+        continue;
+      }
       EXPECT_EQ(ops::cuda::gemm_bias_gradient_runs(true) + ops::cuda::gemm_bias_gradient_runs(false), runs + 6) << what;
       const bool f32 = ops::cuda::gemm_bias_gradient_runs(true) == in_float + 6;
       std::printf("  %s: bias gradient written in %s; dgelu %.2e (ATen %.2e) db1 %.2e (column sum %.2e); wgrad %.2e (ATen %.2e) db %.2e (column sum %.2e)\n",
@@ -354,7 +363,7 @@ TEST_F(GemmEpilogue, BiasGradientEpiloguesMatchFloat64) {
         }
         ASSERT_EQ(dgelu[i][0].sizes(), dy_aten.sizes()) << what;
         ASSERT_EQ(wgrad[i][0].sizes(), (at::IntArrayRef{M, N})) << what;
-        EXPECT_LE(rel(dgelu[i][0], dy64), 1.25 * edy_aten + 1e-5) << what << ": dy";
+        EXPECT_LE(rel(dgelu[i][0], dy64), 2 * edy_aten + 4e-3) << what << ": dy (cuBLASLt's GELU derivative, as BiasGeluAuxAndDgeluMatchFloat64 allows)";
         EXPECT_LE(rel(dgelu[i][1], db1_64), 1.5 * edb1_aten + slack) << what << ": fc1's bias gradient";
         EXPECT_LE(rel(wgrad[i][0], dw64), 1.25 * edw_aten + 1e-5) << what << ": dw";
         EXPECT_LE(rel(wgrad[i][1], db_64), 1.5 * edb_aten + slack) << what << ": the bias gradient";

@@ -142,6 +142,7 @@ TEST_F(SdpaBackendCuda, NalaKernelMatchesFloat64LikeAtensChoice) {
   // what the kernel does not take is an error naming it, not a silent fallback
   const at::Tensor x = at::randn({2, 3, 16, 48}, at::kCUDA).to(at::kBFloat16);  // head dim 48
   EXPECT_THROW(att::sdpa_with_backend(x, x, x, att::SdpaBackend::Nala), c10::Error);
+  EXPECT_EQ(att::sdpa_choice(x, x, x, att::SdpaBackend::Nala), -1);
   // with a gradient wanted (training) ATen's choice runs: the kernel has no backward
   const at::Tensor y = at::randn({2, 3, 16, 64}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
   torch::AutoGradMode grad(true);
