@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -32,18 +33,21 @@ __device__ __forceinline__ uint4 add_vec<float>(uint4 a, uint4 b) {
   return *reinterpret_cast<const uint4*>(&z);
 }
 
-__global__ void gather_heads_kernel(GatherHeadsParams p, int64_t vecs, int vec_per_row) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+// Index: the type of the destination's vector index, 32-bit where every index fits (the four
+// divisions that take it apart are then 32-bit ones, not the many-instruction 64-bit emulation)
+template <typename Index>
+__global__ void gather_heads_kernel(GatherHeadsParams p, Index vecs, int vec_per_row) {
+  const Index i = Index(blockIdx.x) * Index(blockDim.x) + Index(threadIdx.x);
   if (i >= vecs) return;
   // destination order: (b, n, part, h, vector in d)
-  int64_t r = i / vec_per_row;
-  const int v = int(i - r * vec_per_row);
-  const int h = int(r % p.H);
-  r /= p.H;
-  const int part = int(r % p.P);
-  r /= p.P;
-  const int n = int(r % p.N);
-  const int b = int(r / p.N);
+  Index r = i / Index(vec_per_row);
+  const int v = int(i - r * Index(vec_per_row));
+  const int h = int(r % Index(p.H));
+  r /= Index(p.H);
+  const int part = int(r % Index(p.P));
+  r /= Index(p.P);
+  const int n = int(r % Index(p.N));
+  const int64_t b = int64_t(r / Index(p.N));
   uint4 val = make_uint4(0, 0, 0, 0);
   const char* src = static_cast<const char*>(p.src[part]);
   if (src) {
@@ -68,7 +72,11 @@ void launch_gather_heads(const GatherHeadsParams& p, void* stream) {
   const int64_t vecs = int64_t(p.B) * p.N * p.P * p.H * vec_per_row;
   if (vecs == 0) return;
   const int threads = 256;
-  gather_heads_kernel<<<unsigned((vecs + threads - 1) / threads), threads, 0, cudaStream_t(stream)>>>(p, vecs, vec_per_row);
+  const unsigned blocks = unsigned((vecs + threads - 1) / threads);
+  if (vecs <= int64_t(UINT32_MAX) - threads)
+    gather_heads_kernel<uint32_t><<<blocks, threads, 0, cudaStream_t(stream)>>>(p, uint32_t(vecs), vec_per_row);
+  else
+    gather_heads_kernel<uint64_t><<<blocks, threads, 0, cudaStream_t(stream)>>>(p, uint64_t(vecs), vec_per_row);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel gather_heads failed to launch: ") + cudaGetErrorString(e));
 }
