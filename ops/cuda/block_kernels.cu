@@ -438,20 +438,23 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
 }
 
 // ---- gated residual ----
-template <typename TX, typename TY>
+// Index: the vector index's type, 32-bit where every index fits (two divisions a vector: 32-bit ones
+// instead of the many-instruction 64-bit emulation)
+template <typename TX, typename TY, typename Index>
 __global__ void gated_residual_fwd(const TX* __restrict__ x, const TY* __restrict__ y, const SampleVec gate, TX* __restrict__ out,
-                                   int64_t vecs, int64_t T, int D) {
-  const int D4 = D / 4;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < vecs; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / D4;
+                                   Index vecs, Index T, int D) {
+  const Index D4 = Index(D / 4);
+  for (Index i = Index(blockIdx.x) * Index(blockDim.x) + Index(threadIdx.x); i < vecs; i += Index(gridDim.x) * Index(blockDim.x)) {
+    const Index row = i / D4;
     const int c = int(i - row * D4);
+    const int64_t at = 4 * int64_t(i);  // element offset, 64-bit
     float a[4], b[4], g[4];
-    load4(x + 4 * i, a);
-    load4(y + 4 * i, b);
-    load_sample4(gate, row / T, 4 * c, g);
+    load4(x + at, a);
+    load4(y + at, b);
+    load_sample4(gate, int64_t(row / T), 4 * c, g);
 #pragma unroll
     for (int e = 0; e < 4; ++e) a[e] += g[e] * b[e];
-    store4(out + 4 * i, a);
+    store4(out + at, a);
   }
 }
 
@@ -721,8 +724,13 @@ void launch_gated_residual_forward(const GatedResidualParams& p, void* stream) {
   with_types(p.x_type, p.y_type, "gated_residual", [&](auto tx, auto ty) {
     using TX = typename decltype(tx)::T;
     using TY = typename decltype(ty)::T;
-    gated_residual_fwd<TX, TY><<<blocks, threads, 0, cudaStream_t(stream)>>>(static_cast<const TX*>(p.x), static_cast<const TY*>(p.y), p.gate,
-                                                                             static_cast<TX*>(p.out), vecs, p.s.T, p.s.D);
+    // (the grid-stride loop's last step stays below 2³² when vecs leaves room for one more grid)
+    if (vecs + int64_t(blocks) * threads <= int64_t(UINT32_MAX))
+      gated_residual_fwd<TX, TY, uint32_t><<<blocks, threads, 0, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.x), static_cast<const TY*>(p.y), p.gate, static_cast<TX*>(p.out), uint32_t(vecs), uint32_t(p.s.T), p.s.D);
+    else
+      gated_residual_fwd<TX, TY, uint64_t><<<blocks, threads, 0, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.x), static_cast<const TY*>(p.y), p.gate, static_cast<TX*>(p.out), uint64_t(vecs), uint64_t(p.s.T), p.s.D);
   });
   check_launch("gated_residual forward");
 }
