@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
+#include <torch/autograd.h>
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/softmax_cuda.h"
@@ -54,11 +55,37 @@ bool limited(const at::Tensor& q, SdpaBackend b) {
   return b != SdpaBackend::Auto && b != SdpaBackend::Nala && q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf);
 }
 
-// whether nala's forward kernel runs this call: NALA_SDPA_BACKEND=nala, CUDA bf16, no gradient wanted
-bool nala_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
-  const bool grad = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  return b == SdpaBackend::Nala && q.is_cuda() && q.scalar_type() == at::kBFloat16 && !grad;
+bool wants_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
 }
+
+// whether nala's kernels run this call: NALA_SDPA_BACKEND=nala and CUDA bf16, without a gradient (the
+// forward alone) or with one where the backward takes the shape (N ≤ 256)
+bool nala_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
+  if (b != SdpaBackend::Nala || !q.is_cuda() || q.scalar_type() != at::kBFloat16) return false;
+  if (!wants_grad(q, k, v)) return true;
+#ifdef NALA_WITH_CUDA
+  return softmax_backward_cuda_supported(q, k, v);
+#else
+  return false;
+#endif
+}
+
+#ifdef NALA_WITH_CUDA
+// Training through nala's kernels: the forward keeps o and the log-sum-exp, the backward takes them
+struct SoftmaxAttentionFn : torch::autograd::Function<SoftmaxAttentionFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    const SoftmaxForward f = softmax_forward_cuda(q, k, v, /*lse=*/true);  // (B, H, N, d), (B, H, N)
+    ctx->save_for_backward({q, k, v, f.o, f.lse});
+    return f.o;
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const SoftmaxGrads g = softmax_backward_cuda(s[0], s[1], s[2], s[3], s[4], grads[0]);  // (B, H, N, d) ×3
+    return {g.dq, g.dk, g.dv};
+  }
+};
+#endif
 
 }  // namespace
 
@@ -108,6 +135,7 @@ int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
   if (nala_kernel(q, k, v, b)) {
 #ifdef NALA_WITH_CUDA
+    if (wants_grad(q, k, v)) return SoftmaxAttentionFn::apply(q, k, v);  // (B, H, N, d)
     return softmax_forward_cuda(q, k, v);  // (B, H, N, d); an error naming what does not fit
 #else
     TORCH_CHECK(false, "NALA_SDPA_BACKEND=nala: this build has no CUDA kernels");

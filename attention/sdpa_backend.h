@@ -9,9 +9,10 @@
 //   NALA_SDPA_BACKEND=cudnn | flash | efficient: that kernel alone for 16-bit CUDA inputs (float32
 //   and float64 inputs, which none of them takes in every case, keep ATen's choice); inputs the kernel
 //   does not take are an error naming it, never a silent fallback.
-//   NALA_SDPA_BACKEND=nala: nala's own forward kernel (attention/cuda/softmax_fwd.h, FlashAttention-2's
-//   algorithm for short sequences, head dims 64 and 72) for bf16 CUDA inputs where no gradient is
-//   wanted (sampling); it has no backward, so training, and other dtypes, keep ATen's choice.
+//   NALA_SDPA_BACKEND=nala: nala's own kernels (attention/cuda/softmax_fwd.h, FlashAttention-2's
+//   algorithms for short sequences, head dims 64 and 72) for bf16 CUDA inputs: the forward where no
+//   gradient is wanted (sampling), forward and backward in training where N ≤ 256 (the backward holds a
+//   (batch, head)'s keys in one CTA); training at more tokens, and other dtypes, keep ATen's choice.
 //   Any other value is an error.
 // The choice holds for one call (ATen's global enables set and restored around it), so the VAE's
 // attention and every other caller keep ATen's default.

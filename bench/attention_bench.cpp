@@ -2,7 +2,7 @@
 // the fast CPU path on the CPU) next to the ATen reference and softmax attention
 // (at::scaled_dot_product_attention: row sdpa with NALA_SDPA_BACKEND's choice, ATen's by default, and
 // on a GPU in 16 bits sdpa-cudnn, sdpa-flash, sdpa-efficient, each of ATen's fused kernels alone, and in
-// bf16 sdpa-nala, nala's forward kernel: its fwd+bwd column is ATen's, as training runs it),
+// bf16 sdpa-nala, nala's own kernels: forward, and backward up to 256 tokens, ATen's beyond, as training runs it),
 // forward and forward+backward, same shapes, dtype and run. Prints a table; asserts nothing.
 #include <cstdio>
 #include <iostream>

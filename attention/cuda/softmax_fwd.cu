@@ -18,7 +18,7 @@
 
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/softmax_fwd.h"
-#include "ops/cuda/cp_async.cuh"
+#include "attention/cuda/softmax_tiles.cuh"
 #include "ops/cuda/ptx_math.cuh"
 
 namespace nala::attention::cuda {
@@ -43,23 +43,6 @@ struct SoftmaxFwdTile {
   static_assert(D % 8 == 0 && LDQK % 8 == 0 && LDV % 8 == 0, "16-byte rows");
 };
 
-// rows [0, 64) of a (rows, D) bf16 matrix whose rows are `stride` elements apart into a tile with
-// leading dimension ld, by 16-byte cp.async; rows at or past `valid` are zero-filled, never read
-template <int D, int THREADS>
-__device__ __forceinline__ void copy_rows(__nv_bfloat16* tile, int ld, const __nv_bfloat16* src, int64_t stride, int valid) {
-  constexpr int CH = D / 8;
-  for (int i = threadIdx.x; i < 64 * CH; i += THREADS) {
-    const int r = i / CH, c = i - r * CH;
-    const bool ok = r < valid;
-    cp_async_zfill16(tile + r * ld + 8 * c, ok ? src + int64_t(r) * stride + 8 * c : src, ok);
-  }
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (the lower column) in the low half
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 template <int D>
 __global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>::MIN_BLOCKS) softmax_fwd_kernel(const SoftmaxFwdParams p) {
   using Tl = SoftmaxFwdTile<D>;
@@ -75,14 +58,11 @@ __global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>:
   const auto* v = static_cast<const __nv_bfloat16*>(p.v) + b * p.v_stride[0] + h * p.v_stride[1];
 
   // the pad columns D..DK of the q tile and both k buffers: zero, so they add nothing to q·kᵀ
-  if constexpr (Tl::DK > D) {
-    static_assert(Tl::DK - D == 8, "one 16-byte pad a row");
-    for (int r = threadIdx.x; r < Tl::BM + 2 * Tl::BN; r += Tl::THREADS)
-      *reinterpret_cast<uint4*>((r < Tl::BM ? sQ + r * Tl::LDQK : sK + (r - Tl::BM) * Tl::LDQK) + D) = make_uint4(0, 0, 0, 0);
-  }
-  copy_rows<D, Tl::THREADS>(sQ, Tl::LDQK, q, p.q_stride[2], p.N - q0);
-  copy_rows<D, Tl::THREADS>(sK, Tl::LDQK, k, p.k_stride[2], p.N);
-  copy_rows<D, Tl::THREADS>(sV, Tl::LDV, v, p.v_stride[2], p.N);
+  zero_pad_columns<D, Tl::DK, Tl::THREADS>(sQ, Tl::LDQK, Tl::BM);
+  zero_pad_columns<D, Tl::DK, Tl::THREADS>(sK, Tl::LDQK, 2 * Tl::BN);
+  copy_rows<D, Tl::BM, Tl::THREADS>(sQ, Tl::LDQK, q, p.q_stride[2], p.N - q0);
+  copy_rows<D, Tl::BN, Tl::THREADS>(sK, Tl::LDQK, k, p.k_stride[2], p.N);
+  copy_rows<D, Tl::BN, Tl::THREADS>(sV, Tl::LDV, v, p.v_stride[2], p.N);
   cp_async_commit();
 
   const int kblocks = (p.N + Tl::BN - 1) / Tl::BN;
@@ -92,8 +72,8 @@ __global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>:
     const int buf = j & 1;
     if (j + 1 < kblocks) {  // the next block into the buffer the last iteration read (free since its closing barrier)
       const int n0 = (j + 1) * Tl::BN;
-      copy_rows<D, Tl::THREADS>(sK + (buf ^ 1) * Tl::BN * Tl::LDQK, Tl::LDQK, k + int64_t(n0) * p.k_stride[2], p.k_stride[2], p.N - n0);
-      copy_rows<D, Tl::THREADS>(sV + (buf ^ 1) * Tl::BN * Tl::LDV, Tl::LDV, v + int64_t(n0) * p.v_stride[2], p.v_stride[2], p.N - n0);
+      copy_rows<D, Tl::BN, Tl::THREADS>(sK + (buf ^ 1) * Tl::BN * Tl::LDQK, Tl::LDQK, k + int64_t(n0) * p.k_stride[2], p.k_stride[2], p.N - n0);
+      copy_rows<D, Tl::BN, Tl::THREADS>(sV + (buf ^ 1) * Tl::BN * Tl::LDV, Tl::LDV, v + int64_t(n0) * p.v_stride[2], p.v_stride[2], p.N - n0);
     }
     cp_async_commit();  // (an empty group past the last block)
     cp_async_wait<1>();  // every group but the newest: q and block j
@@ -163,6 +143,12 @@ __global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>:
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     inv[r] = 1.f / l[r];
   }
+  if (p.lse && t == 0)  // the softmax's log-sum-exp in log2 units, m + log2 l, for the backward (one lane a row)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = q0 + 16 * warp + g + 8 * r;
+      if (row < p.N) p.lse[int64_t(bh) * p.N + row] = m[r] + log2f(l[r]);
+    }
   auto* out = static_cast<__nv_bfloat16*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

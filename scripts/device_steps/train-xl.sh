@@ -6,8 +6,8 @@
 #   bash scripts/device_build.sh prebuilt train-xl
 # TRAIN_XL_ENV lists switch settings, entries apart by spaces, one entry's variables by commas
 # (default: the timed training GEMMs, ops/fused_ops.h gemm_tuned_training, with the tuner's log; the bias
-# gradients from the GEMM epilogues, gemm_bias_grads; both; cuDNN's attention kernel swapped for
-# FlashAttention-2, attention/sdpa_backend.h):
+# gradients from the GEMM epilogues, gemm_bias_grads; both; cuDNN's attention kernels swapped for
+# nala's own, then for FlashAttention-2, attention/sdpa_backend.h):
 #   TRAIN_XL_ENV="NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1 NALA_GEMM_EPILOGUES=0"
 # TRAIN_XL_MODELS (default DiT-S/2,DiT-XL/2) and TRAIN_XL_PEER=0 (no compiled peer) shorten it.
 out=$1
@@ -18,7 +18,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
   echo
-  for e in ${TRAIN_XL_ENV-NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1 NALA_GEMM_BGRAD=1 NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_BGRAD=1 NALA_SDPA_BACKEND=flash}; do
+  for e in ${TRAIN_XL_ENV-NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1 NALA_GEMM_BGRAD=1 NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_BGRAD=1 NALA_SDPA_BACKEND=nala NALA_SDPA_BACKEND=flash}; do
     echo "${e//,/ }:"
     run env ${e//,/ } $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
     echo

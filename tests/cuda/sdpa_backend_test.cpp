@@ -5,6 +5,7 @@
 // close to float32 as with ATen's choice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -143,10 +144,93 @@ TEST_F(SdpaBackendCuda, NalaKernelMatchesFloat64LikeAtensChoice) {
   const at::Tensor x = at::randn({2, 3, 16, 48}, at::kCUDA).to(at::kBFloat16);  // head dim 48
   EXPECT_THROW(att::sdpa_with_backend(x, x, x, att::SdpaBackend::Nala), c10::Error);
   EXPECT_EQ(att::sdpa_choice(x, x, x, att::SdpaBackend::Nala), -1);
-  // with a gradient wanted (training) ATen's choice runs: the kernel has no backward
-  const at::Tensor y = at::randn({2, 3, 16, 64}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
+  // with a gradient wanted past 256 tokens ATen's choice runs (the backward holds a (batch, head)'s keys in one CTA)
+  const at::Tensor y = at::randn({2, 3, 300, 64}, at::kCUDA).to(at::kBFloat16).requires_grad_(true);
   torch::AutoGradMode grad(true);
   EXPECT_NE(att::sdpa_choice(y, y, y, att::SdpaBackend::Nala), att::kNalaSoftmaxKernel);
   const at::Tensor oy = att::sdpa_with_backend(y, y, y, att::SdpaBackend::Nala);
   EXPECT_TRUE(oy.requires_grad());
 }
+
+// nala's forward and backward in training (NALA_SDPA_BACKEND=nala, N ≤ 256): output and the gradients of
+// q, k, v (through the blocks' strided views of one projection output) against float64 autograd beside
+// ATen's choice, bf16, head dims 64 and 72, a full 256 tokens, ragged counts (a partial query block, keys
+// past N in every warp) and one token; scores of a few units, so the softmax is peaked.
+TEST_F(SdpaBackendCuda, NalaKernelsTrainLikeFloat64) {
+  for (int64_t d : {64, 72})
+    for (int64_t N : {256, 97, 200, 1, 16}) {
+      const int64_t B = 2, H = 3;
+      torch::manual_seed(N + d + 7);
+      const at::Tensor qkv0 = (at::randn({B, N, 3, H, d}, at::kCUDA) * 1.5).to(at::kBFloat16);
+      const at::Tensor go = at::randn({B, H, N, d}, at::kCUDA).to(at::kBFloat16);  // ∂L/∂o
+      auto views = [&](const at::Tensor& t) {
+        return std::vector<at::Tensor>{t.select(2, 0).transpose(1, 2), t.select(2, 1).transpose(1, 2), t.select(2, 2).transpose(1, 2)};
+      };
+      const at::Tensor qkv64 = qkv0.to(at::kDouble).cpu().requires_grad_(true);
+      const auto t64 = views(qkv64);
+      const at::Tensor o64 = at::matmul(at::softmax(at::matmul(t64[0], t64[1].transpose(-1, -2)) / std::sqrt(double(d)), -1), t64[2]);
+      (o64 * go.to(at::kDouble).cpu()).sum().backward();
+      const at::Tensor g64 = qkv64.grad();  // (B, N, 3, H, d)
+      auto run = [&](att::SdpaBackend b, int64_t* choice) {
+        const at::Tensor x = qkv0.detach().clone().requires_grad_(true);
+        const auto t = views(x);
+        if (choice) *choice = att::sdpa_choice(t[0], t[1], t[2], b);
+        const at::Tensor o = att::sdpa_with_backend(t[0], t[1], t[2], b);  // (B, H, N, d)
+        o.backward(go);
+        return std::pair<at::Tensor, at::Tensor>{o.detach(), x.grad()};
+      };
+      int64_t choice = 0;
+      const auto [o_aten, g_aten] = run(att::SdpaBackend::Auto, nullptr);
+      const auto [o, g] = run(att::SdpaBackend::Nala, &choice);
+      const std::string what = "d " + std::to_string(d) + " N " + std::to_string(N);
+      EXPECT_EQ(choice, att::kNalaSoftmaxKernel) << what;
+      std::vector<double> e(3), e_aten(3);
+      for (int part = 0; part < 3; ++part) {  // q, k, v
+        e[part] = rel(g.select(2, part), g64.select(2, part));
+        e_aten[part] = rel(g_aten.select(2, part), g64.select(2, part));
+      }
+      std::printf("  nala softmax training %s: out %.2e (ATen %.2e); dq %.2e (%.2e) dk %.2e (%.2e) dv %.2e (%.2e)\n", what.c_str(), rel(o, o64),
+                  rel(o_aten, o64), e[0], e_aten[0], e[1], e_aten[1], e[2], e_aten[2]);
+      EXPECT_LE(rel(o, o64), 1.5 * rel(o_aten, o64) + 1e-3) << what;
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int part = 0; part < 3; ++part) {
+        EXPECT_FALSE(g.select(2, part).isnan().any().item<bool>()) << what << " " << names[part];
+        EXPECT_LE(e[part], 1.5 * e_aten[part] + 2e-3) << what << " " << names[part];
+      }
+    }
+}
+
+// A DiT-S/2 training step's gradients under bf16 autocast with nala's kernels as close to the float32
+// step's as with ATen's choice (every parameter's gradient, relative L2).
+TEST_F(SdpaBackendCuda, DitTrainingStepWithNalasKernels) {
+  auto c = nala::test::perturbed_dit("DiT-S/2");  // eval mode: no label dropout, so the three steps see one batch; gradients on
+  const at::Tensor gy = at::randn({8, 8, 32, 32}, at::kCUDA);  // ∂L/∂(model output): learn-sigma DiT, 8 channels
+  auto grads = [&](bool bf16) {
+    c.model->zero_grad();
+    at::Tensor out;
+    {
+      nala::test::Autocast ac(bf16);
+      out = c.model->forward(c.x, c.t, c.y);
+    }
+    (out.to(at::kFloat) * gy).sum().backward();
+    std::vector<at::Tensor> gs;
+    for (const auto& p : c.model->parameters())
+      if (p.grad().defined()) gs.push_back(p.grad().clone());
+    return gs;
+  };
+  const auto ref = grads(false);  // float32 (math / ATen's float32 path)
+  const auto g_auto = grads(true);
+  att::set_sdpa_backend(att::SdpaBackend::Nala);
+  const auto g_nala = grads(true);
+  ASSERT_EQ(ref.size(), g_nala.size());
+  ASSERT_EQ(ref.size(), g_auto.size());
+  double worst = 0, worst_auto = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (ref[i].norm().item<double>() == 0) continue;
+    const double e = rel(g_nala[i], ref[i]), ea = rel(g_auto[i], ref[i]);
+    worst = std::max(worst, e), worst_auto = std::max(worst_auto, ea);
+    EXPECT_LE(e, 1.5 * ea + 2e-3) << "parameter " << i;
+  }
+  std::printf("  DiT-S/2 bf16 training step vs float32, worst parameter gradient: nala's kernels %.2e, ATen's choice %.2e\n", worst, worst_auto);
+}
+

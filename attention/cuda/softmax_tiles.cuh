@@ -1,0 +1,39 @@
+// Shared pieces of nala's softmax attention kernels (softmax_fwd.cu, softmax_bwd.cu): tiles of bf16
+// rows copied into shared memory by cp.async, and fp32 pairs packed as a bf16 mma operand register.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "ops/cuda/cp_async.cuh"
+
+namespace nala::attention::cuda {
+
+// rows [0, ROWS) of a (rows, D) bf16 matrix whose rows are `stride` elements apart into a tile with
+// leading dimension ld, by 16-byte cp.async (this thread's share of THREADS); rows at or past `valid`
+// are zero-filled, never read
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void copy_rows(__nv_bfloat16* tile, int ld, const __nv_bfloat16* src, int64_t stride, int valid) {
+  constexpr int CH = D / 8;
+  for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
+    const int r = i / CH, c = i - r * CH;
+    const bool ok = r < valid;
+    nala::cuda_async::cp_async_zfill16(tile + r * ld + 8 * c, ok ? src + int64_t(r) * stride + 8 * c : src, ok);
+  }
+}
+
+// columns [D, DK) of `rows` tile rows (ld apart) set to zero: the pad of a k16-step product over D < DK
+template <int D, int DK, int THREADS>
+__device__ __forceinline__ void zero_pad_columns(__nv_bfloat16* tile, int ld, int rows) {
+  static_assert(DK - D == 0 || DK - D == 8, "one 16-byte pad a row at most");
+  if constexpr (DK > D)
+    for (int r = threadIdx.x; r < rows; r += THREADS) *reinterpret_cast<uint4*>(tile + r * ld + D) = make_uint4(0, 0, 0, 0);
+}
+
+// two fp32 values as one register of a bf16 mma operand (the lower column in the low half)
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+}  // namespace nala::attention::cuda
