@@ -59,35 +59,42 @@ bool wants_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
 }
 
-// whether nala's kernels run this call: NALA_SDPA_BACKEND=nala and CUDA bf16, without a gradient (the
-// forward alone) or with one where the backward takes the shape (N ≤ 256)
+// whether nala's kernels run this call: NALA_SDPA_BACKEND=nala and CUDA bf16 q, except training past the
+// tokens the backward holds (N > 256: ATen's choice, as documented); inputs they do not take are then an
+// error, never a silent fallback
+constexpr int64_t kNalaTrainingTokens = 256;  // attention/cuda/softmax_fwd.h kSoftmaxBwdMaxTokens
 bool nala_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
   if (b != SdpaBackend::Nala || !q.is_cuda() || q.scalar_type() != at::kBFloat16) return false;
-  if (!wants_grad(q, k, v)) return true;
-#ifdef NALA_WITH_CUDA
-  return softmax_backward_cuda_supported(q, k, v);
-#else
-  return false;
-#endif
+  return !wants_grad(q, k, v) || q.dim() != 4 || q.size(2) <= kNalaTrainingTokens;
 }
+
+std::atomic<int64_t> g_nala_calls[2];  // [0] forwards, [1] backwards of nala's kernels
 
 #ifdef NALA_WITH_CUDA
 // Training through nala's kernels: the forward keeps o and the log-sum-exp, the backward takes them
 struct SoftmaxAttentionFn : torch::autograd::Function<SoftmaxAttentionFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    TORCH_CHECK(softmax_backward_cuda_supported(q, k, v), "NALA_SDPA_BACKEND=nala: nala's softmax attention backward takes CUDA bf16 q, k, v ",
+                "(B, H, N, d) with d 64 or 72, N ≤ ", kNalaTrainingTokens, " and 16-byte aligned rows; got q ", q.sizes(), " strides ", q.strides(),
+                ". Unset NALA_SDPA_BACKEND for ATen's choice.");
     const SoftmaxForward f = softmax_forward_cuda(q, k, v, /*lse=*/true);  // (B, H, N, d), (B, H, N)
+    ++g_nala_calls[0];
     ctx->save_for_backward({q, k, v, f.o, f.lse});
     return f.o;
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    TORCH_CHECK(!at::GradMode::is_enabled(), "NALA_SDPA_BACKEND=nala: nala's softmax attention has no double backward (create_graph)");
     const auto s = ctx->get_saved_variables();
     const SoftmaxGrads g = softmax_backward_cuda(s[0], s[1], s[2], s[3], s[4], grads[0]);  // (B, H, N, d) ×3
+    ++g_nala_calls[1];
     return {g.dq, g.dk, g.dv};
   }
 };
 #endif
 
 }  // namespace
+
+int64_t nala_softmax_calls(bool backward) { return g_nala_calls[backward].load(); }
 
 SdpaBackend parse_sdpa_backend(const std::string& name, const std::string& what) {
   if (name == "auto") return SdpaBackend::Auto;
@@ -123,7 +130,7 @@ void set_sdpa_backend(SdpaBackend b) { g_backend = int(b); }
 int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
   if (nala_kernel(q, k, v, b)) {
 #ifdef NALA_WITH_CUDA
-    if (softmax_forward_cuda_supported(q, k, v)) return kNalaSoftmaxKernel;
+    if (wants_grad(q, k, v) ? softmax_backward_cuda_supported(q, k, v) : softmax_forward_cuda_supported(q, k, v)) return kNalaSoftmaxKernel;
 #endif
     return int64_t(at::SDPBackend::error);  // sdpa_with_backend refuses these inputs
   }
@@ -135,8 +142,10 @@ int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
 at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
   if (nala_kernel(q, k, v, b)) {
 #ifdef NALA_WITH_CUDA
-    if (wants_grad(q, k, v)) return SoftmaxAttentionFn::apply(q, k, v);  // (B, H, N, d)
-    return softmax_forward_cuda(q, k, v);  // (B, H, N, d); an error naming what does not fit
+    if (wants_grad(q, k, v)) return SoftmaxAttentionFn::apply(q, k, v);  // (B, H, N, d); an error naming what does not fit
+    const at::Tensor o = softmax_forward_cuda(q, k, v);                  // (B, H, N, d); likewise
+    ++g_nala_calls[0];
+    return o;
 #else
     TORCH_CHECK(false, "NALA_SDPA_BACKEND=nala: this build has no CUDA kernels");
 #endif

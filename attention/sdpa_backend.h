@@ -12,7 +12,8 @@
 //   NALA_SDPA_BACKEND=nala: nala's own kernels (attention/cuda/softmax_fwd.h, FlashAttention-2's
 //   algorithms for short sequences, head dims 64 and 72) for bf16 CUDA inputs: the forward where no
 //   gradient is wanted (sampling), forward and backward in training where N ≤ 256 (the backward holds a
-//   (batch, head)'s keys in one CTA); training at more tokens, and other dtypes, keep ATen's choice.
+//   (batch, head)'s keys in one CTA); training at more tokens, and other dtypes, keep ATen's choice;
+//   other bf16 inputs they do not take (head dims, unaligned rows) are an error naming them.
 //   Any other value is an error.
 // The choice holds for one call (ATen's global enables set and restored around it), so the VAE's
 // attention and every other caller keep ATen's default.
@@ -39,5 +40,7 @@ at::Tensor sdpa_with_backend(const at::Tensor& q, const at::Tensor& k, const at:
 // where the call is an error (NALA_SDPA_BACKEND=nala and inputs its kernel does not take)
 constexpr int64_t kNalaSoftmaxKernel = 100;
 int64_t sdpa_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b);
+// how many times nala's forward (backward = false) or backward kernel has run in this process (tests)
+int64_t nala_softmax_calls(bool backward);
 
 }  // namespace nala::attention

@@ -59,14 +59,16 @@ SoftmaxGrads softmax_backward_cuda(const at::Tensor& q, const at::Tensor& k, con
   TORCH_CHECK(softmax_backward_cuda_supported(q, k, v), "nala's softmax attention backward takes CUDA bf16 q, k, v of one shape (B, H, N, d) ",
               "with d 64 or 72, N ≤ ", cuda::kSoftmaxBwdMaxTokens, " and 16-byte aligned rows; got q ", q.sizes(), " ", q.scalar_type(), " strides ",
               q.strides());
-  TORCH_CHECK(o.sizes() == q.sizes() && o.scalar_type() == at::kBFloat16 && rows16(o) && lse.scalar_type() == at::kFloat && lse.is_contiguous() &&
-                  lse.numel() == q.size(0) * q.size(1) * q.size(2),
+  TORCH_CHECK(o.sizes() == q.sizes() && o.scalar_type() == at::kBFloat16 && o.device() == q.device() && rows16(o) &&
+                  lse.scalar_type() == at::kFloat && lse.is_contiguous() && lse.device() == q.device() &&
+                  lse.sizes() == at::IntArrayRef({q.size(0), q.size(1), q.size(2)}),
               "softmax_backward_cuda: o ", o.sizes(), " ", o.scalar_type(), " and lse ", lse.sizes(), " ", lse.scalar_type(),
               " are not the forward's");
-  TORCH_CHECK(grad_o.sizes() == q.sizes(), "softmax_backward_cuda: grad_o ", grad_o.sizes(), " for q ", q.sizes());
+  TORCH_CHECK(grad_o.sizes() == q.sizes() && grad_o.device() == q.device(), "softmax_backward_cuda: grad_o ", grad_o.sizes(), " on ",
+              grad_o.device(), " for q ", q.sizes(), " on ", q.device());
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor go = grad_o.scalar_type() == at::kBFloat16 ? grad_o : grad_o.to(at::kBFloat16);  // (B, H, N, D)
-  if (!rows16(go)) go = go.contiguous();
+  if (!rows16(go)) go = go.clone(at::MemoryFormat::Contiguous);  // a fresh allocation: aligned (contiguous() may keep an offset view)
   const int64_t B = q.size(0), H = q.size(1), N = q.size(2), D = q.size(3);
   auto fresh = [&] { return at::empty({B, N, H, D}, q.options()).transpose(1, 2); };  // (B, H, N, D) view of (B, N, H, D)
   SoftmaxGrads r{fresh(), fresh(), fresh()};
