@@ -1,6 +1,9 @@
 #include "attention/cuda/softmax_cuda.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -18,11 +21,30 @@ bool rows16(const at::Tensor& t) {
   return true;
 }
 
+std::atomic<int> g_forward_warps{0};  // 0: not read from NALA_SOFTMAX_FWD_WARPS yet
+
+int forward_warps() {
+  int w = g_forward_warps.load();
+  if (w == 0) {
+    const char* v = std::getenv("NALA_SOFTMAX_FWD_WARPS");
+    const std::string s = v && *v ? v : "4";
+    TORCH_CHECK(s == "4" || s == "8", "NALA_SOFTMAX_FWD_WARPS='", s, "' must be 4 or 8");
+    w = std::stoi(s);
+    g_forward_warps = w;
+  }
+  return w;
+}
+
 void set_strides(int64_t (&dst)[3], const at::Tensor& t) {
   for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
 }
 
 }  // namespace
+
+void set_softmax_forward_warps(int warps) {
+  TORCH_CHECK(warps == 4 || warps == 8, "set_softmax_forward_warps: ", warps, " warps (4 or 8)");
+  g_forward_warps = warps;
+}
 
 bool softmax_forward_cuda_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return q.is_cuda() && q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes() && q.scalar_type() == at::kBFloat16 &&
@@ -46,6 +68,7 @@ SoftmaxForward softmax_forward_cuda(const at::Tensor& q, const at::Tensor& k, co
   set_strides(p.q_stride, q), set_strides(p.k_stride, k), set_strides(p.v_stride, v), set_strides(p.o_stride, r.o);
   p.B = int(B), p.H = int(H), p.N = int(N), p.D = int(D);
   p.scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));  // log2(e) / √d (at::scaled_dot_product_attention's default scale)
+  p.warps = forward_warps();
   cuda::launch_softmax_fwd(p, at::cuda::getCurrentCUDAStream().stream());
   return r;
 }

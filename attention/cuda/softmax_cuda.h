@@ -5,6 +5,10 @@
 
 namespace nala::attention {
 
+// Warps a CTA of the forward, 16 queries each: NALA_SOFTMAX_FWD_WARPS=4 (default) or 8 (half the CTAs
+// that read a (batch, head)'s K and V from L2, at fewer resident warps), to time the two; tests set it.
+void set_softmax_forward_warps(int warps);
+
 // Whether softmax_forward_cuda takes q, k, v: CUDA bf16, one shape (B, H, N, d) with d 64 or 72,
 // unit stride along d, 16-byte aligned rows, one device.
 bool softmax_forward_cuda_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);

@@ -4,7 +4,7 @@
 // sampling shape (128 × 16 heads of 72, 256 tokens) cuDNN's forward took 157 µs a block (docs/benchmarks.md)
 // against ≈ 31 µs of memory and ≈ 65 µs of bf16 tensor-core work.
 //
-// A CTA of 4 warps owns 64 queries of one (batch, head); each warp owns 16 of them. The keys go by in
+// A CTA of 4 warps (or 8: SoftmaxFwdParams::warps) owns 64 (128) queries of one (batch, head); each warp owns 16 of them. The keys go by in
 // blocks of 64, K and V double-buffered in shared memory by cp.async (the next block in flight while
 // the current one is used). Per block, per warp: s = q kᵀ (bf16 mma.sync m16n8k16, fp32 accumulators;
 // head dim 72 zero-padded to 80 for this product), the online softmax of its rows (running max m and
@@ -27,12 +27,14 @@ namespace {
 using namespace nala::cuda_async;
 using nala::cuda_ptx::ex2_approx;
 
-template <int D>
+// WARPS warps a CTA, 16 queries each (4 by default; 8 halves the CTAs that read each (batch, head)'s
+// K and V from L2: NALA_SOFTMAX_FWD_WARPS=8, attention/cuda/softmax_cuda.cpp, to time against 4)
+template <int D, int WARPS>
 struct SoftmaxFwdTile {
-  static constexpr int BM = 64, BN = 64, THREADS = 128;
-  // CTAs an SM the registers must allow: 4 at d = 64 (128 registers, no spills), 3 at d = 72 (≤ 168;
-  // unbounded it took 189, two CTAs an SM)
-  static constexpr int MIN_BLOCKS = D == 64 ? 4 : 3;
+  static constexpr int BM = 16 * WARPS, BN = 64, THREADS = 32 * WARPS;
+  // CTAs an SM the registers must allow: at 4 warps 4 at d = 64 (128 registers, no spills), 3 at
+  // d = 72 (≤ 168; unbounded it took 189, two CTAs an SM); at 8 warps half that
+  static constexpr int MIN_BLOCKS = (D == 64 ? 4 : 3) * 4 / WARPS > 0 ? (D == 64 ? 4 : 3) * 4 / WARPS : 1;
   static constexpr int DK = (D + 15) / 16 * 16;  // q·kᵀ's reduction in whole k16 steps (pads are zero)
   static constexpr int LDQK = ld_bf16(DK);       // q and k tile rows, bf16 elements
   static constexpr int LDV = ld_bf16(D);         // v tile rows
@@ -43,9 +45,9 @@ struct SoftmaxFwdTile {
   static_assert(D % 8 == 0 && LDQK % 8 == 0 && LDV % 8 == 0, "16-byte rows");
 };
 
-template <int D>
-__global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>::MIN_BLOCKS) softmax_fwd_kernel(const SoftmaxFwdParams p) {
-  using Tl = SoftmaxFwdTile<D>;
+template <int D, int WARPS>
+__global__ void __launch_bounds__(SoftmaxFwdTile<D, WARPS>::THREADS, SoftmaxFwdTile<D, WARPS>::MIN_BLOCKS) softmax_fwd_kernel(const SoftmaxFwdParams p) {
+  using Tl = SoftmaxFwdTile<D, WARPS>;
   extern __shared__ __align__(16) unsigned char softmax_smem[];
   __nv_bfloat16* sm = reinterpret_cast<__nv_bfloat16*>(softmax_smem);
   __nv_bfloat16 *sQ = sm + Tl::SQ, *sK = sm + Tl::SK, *sV = sm + Tl::SV;
@@ -161,15 +163,16 @@ __global__ void __launch_bounds__(SoftmaxFwdTile<D>::THREADS, SoftmaxFwdTile<D>:
   }
 }
 
-template <int D>
+template <int D, int WARPS>
 void launch(const SoftmaxFwdParams& p, cudaStream_t st) {
-  using Tl = SoftmaxFwdTile<D>;
+  using Tl = SoftmaxFwdTile<D, WARPS>;
   // every launch (a per-device setting; cheap, and allowed inside a graph capture, as the NaLa kernels do)
-  if (Tl::BYTES > 48 * 1024 && cudaFuncSetAttribute(softmax_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::BYTES) != cudaSuccess)
+  if (Tl::BYTES > 48 * 1024 &&
+      cudaFuncSetAttribute(softmax_fwd_kernel<D, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tl::BYTES) != cudaSuccess)
     throw std::runtime_error("softmax_fwd: cannot reserve " + std::to_string(Tl::BYTES) + " bytes of shared memory");
   const int64_t blocks = int64_t(p.B) * p.H * ((p.N + Tl::BM - 1) / Tl::BM);
   if (blocks > 2147483647) throw std::runtime_error("softmax_fwd: " + std::to_string(blocks) + " thread blocks exceed the grid");
-  softmax_fwd_kernel<D><<<unsigned(blocks), Tl::THREADS, Tl::BYTES, st>>>(p);
+  softmax_fwd_kernel<D, WARPS><<<unsigned(blocks), Tl::THREADS, Tl::BYTES, st>>>(p);
 }
 
 }  // namespace
@@ -178,8 +181,9 @@ bool softmax_fwd_supported(int D) { return D == 64 || D == 72; }
 
 void launch_softmax_fwd(const SoftmaxFwdParams& p, void* stream) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (p.D == 64) launch<64>(p, st);
-  else if (p.D == 72) launch<72>(p, st);
+  if (p.warps != 4 && p.warps != 8) throw std::runtime_error("softmax_fwd: " + std::to_string(p.warps) + " warps a CTA (4 or 8)");
+  if (p.D == 64) p.warps == 4 ? launch<64, 4>(p, st) : launch<64, 8>(p, st);
+  else if (p.D == 72) p.warps == 4 ? launch<72, 4>(p, st) : launch<72, 8>(p, st);
   else throw std::runtime_error("softmax_fwd: head dim " + std::to_string(p.D) + " (64 or 72 only)");
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("softmax_fwd: launch failed: ") + cudaGetErrorString(e));

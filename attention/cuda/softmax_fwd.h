@@ -19,6 +19,7 @@ struct SoftmaxFwdParams {
   float* lse = nullptr;   // (B·H, N) float32 or null: log2 Σ_j 2^(s_ij·scale·log2 e) per query (the backward's)
   int B = 0, H = 0, N = 0, D = 0;
   float scale_log2 = 0;  // log2(e) · scale: the scores go through exp2
+  int warps = 4;         // warps a CTA, 16 queries each: 4 or 8
 };
 
 bool softmax_fwd_supported(int D);

@@ -13,6 +13,10 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
   run $n bench attention --dtype bf16 --heads 6 --head-dim 64 --shapes 256x256 --no-reference
   echo
   run $n bench attention --dtype bf16 --heads 16 --head-dim 72 --shapes 256x256,128x256 --no-reference
+  echo
+  echo "NALA_SOFTMAX_FWD_WARPS=8 (nala's forward with 8 warps a CTA; the sdpa-nala rows):"
+  run env NALA_SOFTMAX_FWD_WARPS=8 $n bench attention --dtype bf16 --heads 6 --head-dim 64 --shapes 256x256 --no-reference
+  run env NALA_SOFTMAX_FWD_WARPS=8 $n bench attention --dtype bf16 --heads 16 --head-dim 72 --shapes 256x256,128x256 --no-reference
 } > "$out/sdpa.md" 2>&1
-grep -E "^\| (sdpa|nala-cuda)|FAILED|failed" "$out/sdpa.md" | cut -c1-150
+grep -E "^\| (sdpa|nala-cuda)|FAILED|failed|^NALA_" "$out/sdpa.md" | cut -c1-150
 exit $failed

@@ -18,6 +18,7 @@
 
 #include "cuda_test_util.h"
 
+#include "attention/cuda/softmax_cuda.h"
 #include "attention/nala_reference.h"
 #include "attention/sdpa_backend.h"
 
@@ -31,7 +32,10 @@ class SdpaBackendCuda : public ::testing::Test {
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
   }
-  void TearDown() override { att::set_sdpa_backend(att::SdpaBackend::Auto); }
+  void TearDown() override {
+    att::set_sdpa_backend(att::SdpaBackend::Auto);
+    att::set_softmax_forward_warps(4);
+  }
 };
 
 const att::SdpaBackend kNamed[] = {att::SdpaBackend::CuDNN, att::SdpaBackend::Flash, att::SdpaBackend::Efficient};
@@ -118,9 +122,11 @@ TEST_F(SdpaBackendCuda, DitForwardWithEachKernel) {
 // element written (the output is allocated fresh: a missed one shows as garbage against the truth).
 TEST_F(SdpaBackendCuda, NalaKernelMatchesFloat64LikeAtensChoice) {
   const torch::NoGradGuard no_grad;
+  for (int warps : {4, 8})  // the forward's CTA of 4 or 8 warps (NALA_SOFTMAX_FWD_WARPS)
   for (int64_t d : {64, 72})
     for (int64_t N : {256, 97, 1, 1000, 64})
       for (bool strided : {true, false}) {
+        att::set_softmax_forward_warps(warps);
         const int64_t B = 3, H = 5;
         torch::manual_seed(N + d + strided);
         const at::Tensor qkv = (at::randn({B, N, 3, H, d}, at::kCUDA) * 1.5).to(at::kBFloat16);  // scores of a few units: a peaked softmax
@@ -132,7 +138,7 @@ TEST_F(SdpaBackendCuda, NalaKernelMatchesFloat64LikeAtensChoice) {
         const at::Tensor aten = att::sdpa_with_backend(t[0], t[1], t[2], att::SdpaBackend::Auto);
         ASSERT_EQ(att::sdpa_choice(t[0], t[1], t[2], att::SdpaBackend::Nala), att::kNalaSoftmaxKernel);
         const at::Tensor o = att::sdpa_with_backend(t[0], t[1], t[2], att::SdpaBackend::Nala);
-        const std::string what = "d " + std::to_string(d) + " N " + std::to_string(N) + (strided ? " strided" : " contiguous");
+        const std::string what = std::to_string(warps) + " warps, d " + std::to_string(d) + " N " + std::to_string(N) + (strided ? " strided" : " contiguous");
         std::printf("  nala softmax kernel %s: vs float64 %.2e, ATen's choice %.2e\n", what.c_str(), rel(o, truth), rel(aten, truth));
         ASSERT_EQ(o.sizes(), aten.sizes()) << what;
         EXPECT_EQ(o.scalar_type(), at::kBFloat16) << what;
