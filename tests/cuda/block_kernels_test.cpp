@@ -81,7 +81,9 @@ TEST_F(BlockKernels, LayerNormModulateAndGatedResidual) {
                         {"autocast (fp32 x, bf16 out)", at::kFloat, at::kBFloat16, true},
                         {"bf16", at::kBFloat16, at::kBFloat16, false},
                         {"fp16", at::kHalf, at::kHalf, false}};
-  for (auto [N, T, D] : {std::tuple{4, 256, 384}, std::tuple{3, 37, 1152}, std::tuple{2, 5, 72}, std::tuple{1, 300, 1536}}) {
+  // D = 1024 and 576: rows whose lanes' last vectors lie past the row (clamped loads, never summed or stored)
+  for (auto [N, T, D] : {std::tuple{4, 256, 384}, std::tuple{3, 37, 1152}, std::tuple{2, 5, 72}, std::tuple{1, 300, 1536}, std::tuple{2, 9, 1024},
+                         std::tuple{1, 7, 576}}) {
     torch::manual_seed(N * 1000 + D);
     at::Tensor x64 = at::randn({N, T, D}, at::kDouble) * 2 + 0.5, ab64 = at::randn({N, 6 * D}, at::kDouble) * 0.5;
     at::Tensor w64 = at::randn({N, T, D}, at::kDouble), y64 = at::randn({N, T, D}, at::kDouble);
@@ -116,6 +118,44 @@ TEST_F(BlockKernels, LayerNormModulateAndGatedResidual) {
         EXPECT_TRUE(at::equal(f.out, f2.out) && at::equal(f.da, f2.da) && at::equal(f.db, f2.db)) << what << ": not repeatable";
         check(what, f, p, t, c.x == at::kFloat && c.mod == at::kFloat ? 0 : 8e-3, 1e-6, c.mod == at::kFloat);
       }
+    }
+  }
+}
+
+// LayerNorm-modulate with x also taken as the residual (the blocks' layer_norm_modulate_residual): the
+// residual's gradient is added in the kernel's backward (loaded before the row reductions up to 6 vectors
+// a lane, after them beyond: D = 1024, 1152, 1536), against the composition in float64, fp32 and under
+// bf16 autocast, with rows whose last vectors lie past the row (1024, 576)
+TEST_F(BlockKernels, LayerNormModulateResidualGradient) {
+  for (auto [N, T, D] : {std::tuple{2, 9, 1024}, std::tuple{1, 7, 576}, std::tuple{3, 37, 1152}, std::tuple{2, 64, 384}, std::tuple{1, 5, 1536}}) {
+    torch::manual_seed(N * 100 + D);
+    const at::Tensor x64 = at::randn({N, T, D}, at::kDouble) * 2 + 0.5, ab64 = at::randn({N, 6 * D}, at::kDouble) * 0.5;
+    const at::Tensor w64 = at::randn({N, T, D}, at::kDouble), r64 = at::randn({N, T, D}, at::kDouble);  // ∂L/∂modulated, ∂L/∂residual
+    for (bool autocast : {false, true}) {
+      const auto cu = at::TensorOptions().device(at::kCUDA);
+      const at::Tensor x = x64.to(cu.dtype(at::kFloat)), ab = ab64.to(cu.dtype(autocast ? at::kBFloat16 : at::kFloat));
+      const at::Tensor w = w64.to(cu.dtype(at::kFloat)), rw = r64.to(cu.dtype(at::kFloat));
+      auto go = [&](bool fused, const at::Tensor& x0, const at::Tensor& ab0, const at::Tensor& w0, const at::Tensor& rw0, bool ac) {
+        at::Tensor xx = x0.detach().clone().requires_grad_(true), aa = ab0.detach().clone().requires_grad_(true);
+        at::Tensor out, res;
+        {
+          Autocast scope(ac);
+          if (fused) {
+            const auto mr = layer_norm_modulate_residual(xx, aa.narrow(1, 0, D), aa.narrow(1, 2 * D, D), 1e-6);
+            out = mr.modulated, res = mr.residual;
+          } else {
+            out = layer_norm_modulate_reference(xx, aa.narrow(1, 0, D), aa.narrow(1, 2 * D, D), 1e-6), res = xx;
+          }
+        }
+        ((out.to(w0.scalar_type()) * w0).sum() + (res.to(rw0.scalar_type()) * rw0).sum()).backward();
+        const at::Tensor g = aa.grad();
+        return Outs{out.detach(), xx.grad(), g.narrow(1, 0, D), g.narrow(1, 2 * D, D)};
+      };
+      auto d = [](const at::Tensor& t) { return t.to(at::kDouble).cpu(); };
+      const Outs f = go(true, x, ab, w, rw, autocast), p = go(false, x, ab, w, rw, autocast), t = go(false, d(x), d(ab), d(w), d(rw), false);
+      char what[96];
+      std::snprintf(what, sizeof what, "LN+modulate+residual %dx%dx%d %s", N, T, D, autocast ? "autocast" : "fp32");
+      check(what, f, p, t, autocast ? 8e-3 : 0, 1e-5, !autocast);
     }
   }
 }
