@@ -2,8 +2,9 @@
 // backward (Dao 2023, Algorithm 2) for the DiT blocks' short sequences, N ≤ 256 tokens, bf16, head dims
 // 64 and 72, with one CTA holding a whole (batch, head): its 16 warps own 16 keys each (K, V and the
 // accumulators dK, dV stay with the warp), and the queries go by in blocks of 16. Because every key is
-// in the CTA, a query block's dQ is complete in it: no atomics, no fp32 dQ buffer, no second pass, and
-// D = rowsum(dO ∘ O) is computed where its tiles already are. Per query block, per warp (16 keys):
+// in the CTA, a query block's dQ is complete in it: no atomics, no fp32 dQ buffer, no second pass; and
+// D = rowsum(dO ∘ O) of every query is computed once at the start, while K and V land (no
+// preprocessing kernel). Per query block, per warp (16 keys):
 //   sᵀ = K qᵀ (mma.sync m16n8k16, fp32), pᵀ = 2^(sᵀ·scale·log2 e − lse)      (lse: the forward's, log2)
 //   dV += pᵀ dO,  dpᵀ = V dOᵀ,  dsᵀ = pᵀ ∘ (dpᵀ − D),  dK += dsᵀ q
 // then dsᵀ goes to shared memory (bf16) and warps 0..D/8−1 each compute an 8-channel slice of
@@ -32,15 +33,15 @@ struct SoftmaxBwdTile {
   static constexpr int KEYS = kSoftmaxBwdMaxTokens, WARPS = KEYS / 16, THREADS = 32 * WARPS, BQ = 16;
   static constexpr int DK = (D + 15) / 16 * 16;  // a product's reduction over the head dim in whole k16 steps (pads zero)
   static constexpr int LD = ld_bf16(DK);         // rows of the K, V, q and dO tiles
-  static constexpr int LDO = ld_bf16(D);         // rows of the o tile
   static constexpr int LDS = ld_bf16(BQ);        // rows (keys) of dsᵀ, BQ queries each
   static constexpr int NT = D / 8, KS = DK / 16;
-  // shared memory, bf16 elements: K, V (all keys), q, dO, o (two query-block buffers each), dsᵀ; then lse (2 × BQ floats)
-  static constexpr int SK = 0, SV = SK + KEYS * LD, SQ = SV + KEYS * LD, SDO = SQ + 2 * BQ * LD, SO = SDO + 2 * BQ * LD;
-  static constexpr int SDS = SO + 2 * BQ * LDO, ELEMS = SDS + KEYS * LDS;
-  static constexpr int BYTES = ELEMS * 2 + 2 * BQ * 4;
+  // shared memory, bf16 elements: K, V (all keys), q, dO (two query-block buffers each), dsᵀ; then D and
+  // lse of every query (2 × KEYS floats)
+  static constexpr int SK = 0, SV = SK + KEYS * LD, SQ = SV + KEYS * LD, SDO = SQ + 2 * BQ * LD;
+  static constexpr int SDS = SDO + 2 * BQ * LD, ELEMS = SDS + KEYS * LDS;
+  static constexpr int BYTES = ELEMS * 2 + 2 * KEYS * 4;
   static_assert(NT <= WARPS, "a warp a dQ slice");
-  static_assert(LD % 8 == 0 && LDO % 8 == 0 && LDS % 8 == 0 && ELEMS % 8 == 0, "16-byte rows");
+  static_assert(LD % 8 == 0 && LDS % 8 == 0 && ELEMS % 8 == 0, "16-byte rows");
 };
 
 template <int D>
@@ -48,8 +49,9 @@ __global__ void __launch_bounds__(SoftmaxBwdTile<D>::THREADS, 1) softmax_bwd_ker
   using Tl = SoftmaxBwdTile<D>;
   extern __shared__ __align__(16) unsigned char softmax_bwd_smem[];
   __nv_bfloat16* sm = reinterpret_cast<__nv_bfloat16*>(softmax_bwd_smem);
-  __nv_bfloat16 *sK = sm + Tl::SK, *sV = sm + Tl::SV, *sQ = sm + Tl::SQ, *sDO = sm + Tl::SDO, *sO = sm + Tl::SO, *sDS = sm + Tl::SDS;
-  float* sL = reinterpret_cast<float*>(sm + Tl::ELEMS);  // (2, BQ): the query block's lse
+  __nv_bfloat16 *sK = sm + Tl::SK, *sV = sm + Tl::SV, *sQ = sm + Tl::SQ, *sDO = sm + Tl::SDO, *sDS = sm + Tl::SDS;
+  float* sD = reinterpret_cast<float*>(sm + Tl::ELEMS);  // (KEYS): D = rowsum(dO ∘ o) of every query
+  float* sL = sD + Tl::KEYS;                              // (KEYS): the forward's lse of every query
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H, N = p.N;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   auto at = [&](const void* base, const int64_t* st) {
@@ -62,49 +64,50 @@ __global__ void __launch_bounds__(SoftmaxBwdTile<D>::THREADS, 1) softmax_bwd_ker
   // zero pads of every tile that is a product's reduction over the head dim: K, V, q (both buffers), dO (both)
   zero_pad_columns<D, Tl::DK, Tl::THREADS>(sK, Tl::LD, 2 * Tl::KEYS);  // K and V are adjacent
   zero_pad_columns<D, Tl::DK, Tl::THREADS>(sQ, Tl::LD, 4 * Tl::BQ);    // q's and dO's two buffers are adjacent
-  auto copy_block = [&](int qb, int buf) {  // query block qb's q, dO, o tiles and lse into buffer buf
+  auto copy_block = [&](int qb, int buf) {  // query block qb's q and dO tiles into buffer buf
     const int q0 = qb * Tl::BQ, valid = N - q0;
     copy_rows<D, Tl::BQ, Tl::THREADS>(sQ + buf * Tl::BQ * Tl::LD, Tl::LD, q + int64_t(q0) * p.q_stride[2], p.q_stride[2], valid);
     copy_rows<D, Tl::BQ, Tl::THREADS>(sDO + buf * Tl::BQ * Tl::LD, Tl::LD, dO + int64_t(q0) * p.do_stride[2], p.do_stride[2], valid);
-    copy_rows<D, Tl::BQ, Tl::THREADS>(sO + buf * Tl::BQ * Tl::LDO, Tl::LDO, o + int64_t(q0) * p.o_stride[2], p.o_stride[2], valid);
-    if (threadIdx.x < Tl::BQ && int(threadIdx.x) < valid) cp_async<4>(sL + buf * Tl::BQ + threadIdx.x, lse + q0 + threadIdx.x);
   };
   copy_rows<D, Tl::KEYS, Tl::THREADS>(sK, Tl::LD, k, p.k_stride[2], N);
   copy_rows<D, Tl::KEYS, Tl::THREADS>(sV, Tl::LD, v, p.v_stride[2], N);
   copy_block(0, 0);
   cp_async_commit();
+  // while those land: D = rowsum(dO ∘ o) and lse of every query into shared memory (visible after the
+  // loop's first barrier), a warp a query at a time, lanes over channel pairs: computed once a CTA
+  // instead of once a query block in every warp
+  for (int qq = warp; qq < N; qq += Tl::WARPS) {
+    const __nv_bfloat16 *dor = dO + int64_t(qq) * p.do_stride[2], *orow = o + int64_t(qq) * p.o_stride[2];
+    float acc = 0.f;
+    for (int c = 2 * lane; c < D; c += 64) {
+      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dor + c));
+      const float2 bb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(orow + c));
+      acc += a.x * bb.x + a.y * bb.y;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) sD[qq] = acc;
+  }
+  for (int qq = threadIdx.x; qq < N; qq += Tl::THREADS) sL[qq] = lse[qq];
 
   const int key0 = 16 * warp;                        // this warp's keys: key0 .. key0 + 15
   const bool row_ok[2] = {key0 + g < N, key0 + g + 8 < N};  // its rows g and g + 8 hold real keys
   float dk[Tl::NT][4] = {}, dv[Tl::NT][4] = {};
   const int qblocks = (N + Tl::BQ - 1) / Tl::BQ, kmax = (N + 15) / 16;
-  const int qc[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};  // this lane's query columns (n8 tile 0: e & 1, tile 1)
   for (int i = 0; i < qblocks; ++i) {
     const int buf = i & 1, q0 = i * Tl::BQ;
     if (i + 1 < qblocks) copy_block(i + 1, buf ^ 1);  // into the buffers read in block i − 1, free since its middle barrier
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const __nv_bfloat16 *tq = sQ + buf * Tl::BQ * Tl::LD, *tdo = sDO + buf * Tl::BQ * Tl::LD, *to = sO + buf * Tl::BQ * Tl::LDO;
-
-    // D = rowsum(dO ∘ o) of the block's 16 queries: lane l sums half the channels of query l % 16; the
-    // halves meet by a shuffle; then each lane takes D and lse of its four query columns
-    float dsum = 0.f;
-    {
-      const int qq = lane & 15, c0 = (lane >> 4) * (D / 2);
-      for (int c = c0; c < c0 + D / 2; c += 2) {
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(tdo + qq * Tl::LD + c));
-        const float2 bb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(to + qq * Tl::LDO + c));
-        dsum += a.x * bb.x + a.y * bb.y;
-      }
-      dsum += __shfl_xor_sync(0xffffffffu, dsum, 16);
-    }
-    const float my_lse = (q0 + (lane & 15)) < N ? sL[buf * Tl::BQ + (lane & 15)] : INFINITY;  // no query: p = 0
+    const __nv_bfloat16 *tq = sQ + buf * Tl::BQ * Tl::LD, *tdo = sDO + buf * Tl::BQ * Tl::LD;
+    // D and lse of this lane's four query columns; lse = ∞ for a query past N (p = 0 there)
     float Dq[4], Lq[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      Dq[c] = __shfl_sync(0xffffffffu, dsum, qc[c]);
-      Lq[c] = __shfl_sync(0xffffffffu, my_lse, qc[c]);
+      const int qq = q0 + 8 * (c >> 1) + 2 * t + (c & 1);  // this lane's query columns: n8 tile c / 2, column 2t + (c & 1)
+      Dq[c] = qq < N ? sD[qq] : 0.f;
+      Lq[c] = qq < N ? sL[qq] : INFINITY;
     }
 
     // sᵀ (16 keys × 16 queries) = K qᵀ: A = this warp's K rows, B(k = channel, n = query) = q's rows
