@@ -74,19 +74,36 @@ __global__ void __launch_bounds__(SoftmaxBwdTile<D>::THREADS, 1) softmax_bwd_ker
   copy_block(0, 0);
   cp_async_commit();
   // while those land: D = rowsum(dO ∘ o) and lse of every query into shared memory (visible after the
-  // loop's first barrier), a warp a query at a time, lanes over channel pairs: computed once a CTA
-  // instead of once a query block in every warp
-  for (int qq = warp; qq < N; qq += Tl::WARPS) {
-    const __nv_bfloat16 *dor = dO + int64_t(qq) * p.do_stride[2], *orow = o + int64_t(qq) * p.o_stride[2];
-    float acc = 0.f;
-    for (int c = 2 * lane; c < D; c += 64) {
-      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dor + c));
-      const float2 bb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(orow + c));
-      acc += a.x * bb.x + a.y * bb.y;
-    }
+  // loop's first barrier): computed once a CTA instead of once a query block in every warp. Warp w takes
+  // queries w, w + 16, …, 8 at a time with every load issued before the first sum (query index clamped
+  // to N − 1: no branch between the loads; a clamped query is never stored); lanes over channel pairs
+  // 2·lane (< 64 ≤ D) and, at D = 72, 64 + 2·lane for lanes 0..3 (the others re-read a valid pair and
+  // count it 0).
+  {
+    const float2 zero = make_float2(0.f, 0.f);
+    auto pair = [](const __nv_bfloat16* row, int c) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + c)); };
+    constexpr int QW = Tl::KEYS / Tl::WARPS, QG = 8;  // queries a warp, queries reduced together
+    const int c2 = D > 64 ? min(64 + 2 * lane, D - 2) : 0;
+    const float tail = D > 64 && 64 + 2 * lane < D ? 1.f : 0.f;
+    for (int j0 = 0; j0 < QW && warp + Tl::WARPS * j0 < N; j0 += QG) {
+      float2 a[QG], bb[QG], a2[QG], b2[QG];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) sD[qq] = acc;
+      for (int u = 0; u < QG; ++u) {
+        const int qq = min(warp + Tl::WARPS * (j0 + u), N - 1);
+        const __nv_bfloat16 *dor = dO + int64_t(qq) * p.do_stride[2], *orow = o + int64_t(qq) * p.o_stride[2];
+        a[u] = pair(dor, 2 * lane), bb[u] = pair(orow, 2 * lane);
+        if constexpr (D > 64) a2[u] = pair(dor, c2), b2[u] = pair(orow, c2);
+        else a2[u] = zero, b2[u] = zero;
+      }
+#pragma unroll
+      for (int u = 0; u < QG; ++u) {
+        float acc = a[u].x * bb[u].x + a[u].y * bb[u].y + tail * (a2[u].x * b2[u].x + a2[u].y * b2[u].y);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        const int qq = warp + Tl::WARPS * (j0 + u);
+        if (lane == 0 && qq < N) sD[qq] = acc;
+      }
+    }
   }
   for (int qq = threadIdx.x; qq < N; qq += Tl::THREADS) sL[qq] = lse[qq];
 
