@@ -127,14 +127,19 @@ __global__ void __launch_bounds__(SoftmaxBwdTile<D>::THREADS, 1) softmax_bwd_ker
       Lq[c] = qq < N ? sL[qq] : INFINITY;
     }
 
-    // sᵀ (16 keys × 16 queries) = K qᵀ: A = this warp's K rows, B(k = channel, n = query) = q's rows
-    float s[2][4] = {};
+    // c (16 keys × 16 queries) = rows · tileᵀ over the head dim: A = this warp's 16 rows of K or V,
+    // B(k = channel, n = query) = the query tile's rows
+    auto keys_by_queries = [&](const __nv_bfloat16* rows, const __nv_bfloat16* tile, float (&c)[2][4]) {
 #pragma unroll
-    for (int kk = 0; kk < Tl::KS; ++kk) {
-      uint32_t a[4];
-      load_a<false>(a, sK, Tl::LD, key0, 16 * kk);
-      mma_row<2, false>(s, a, tq, Tl::LD, 0, 16 * kk);
-    }
+      for (int kk = 0; kk < Tl::KS; ++kk) {
+        uint32_t a[4];
+        load_a<false>(a, rows, Tl::LD, key0, 16 * kk);
+        mma_row<2, false>(c, a, tile, Tl::LD, 0, 16 * kk);
+      }
+    };
+    // sᵀ = K qᵀ
+    float s[2][4] = {};
+    keys_by_queries(sK, tq, s);
     // pᵀ = 2^(sᵀ·scale·log2 e − lse): 0 for keys past N (their zero rows give s = 0) and queries past N (lse = ∞)
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -142,24 +147,21 @@ __global__ void __launch_bounds__(SoftmaxBwdTile<D>::THREADS, 1) softmax_bwd_ker
       for (int e = 0; e < 4; ++e) s[n][e] = row_ok[e >> 1] ? ex2_approx(s[n][e] * p.scale_log2 - Lq[2 * n + (e & 1)]) : 0.f;
     // dV += pᵀ dO: pᵀ's C fragments are one k16 step's A fragment; B(k = query, n = channel) = dO's rows (transposed loads)
     {
-      const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+      uint32_t pa[4];
+      c_to_a(s[0], s[1], pa);
       mma_row<Tl::NT, true>(dv, pa, tdo, Tl::LD, 0, 0);
     }
-    // dpᵀ (16 keys × 16 queries) = V dOᵀ: A = this warp's V rows, B(k = channel, n = query) = dO's rows
+    // dpᵀ = V dOᵀ
     float dp[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < Tl::KS; ++kk) {
-      uint32_t a[4];
-      load_a<false>(a, sV, Tl::LD, key0, 16 * kk);
-      mma_row<2, false>(dp, a, tdo, Tl::LD, 0, 16 * kk);
-    }
+    keys_by_queries(sV, tdo, dp);
     // dsᵀ = pᵀ ∘ (dpᵀ − D), in place of dp
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Dq[2 * n + (e & 1)]);
     // dK += dsᵀ q: B(k = query, n = channel) = q's rows (transposed loads)
-    const uint32_t da[4] = {pack_bf16(dp[0][0], dp[0][1]), pack_bf16(dp[0][2], dp[0][3]), pack_bf16(dp[1][0], dp[1][1]), pack_bf16(dp[1][2], dp[1][3])};
+    uint32_t da[4];
+    c_to_a(dp[0], dp[1], da);
     mma_row<Tl::NT, true>(dk, da, tq, Tl::LD, 0, 0);
     // dsᵀ to shared memory, rows = keys: rows g, g + 8 of this warp's, columns 2t, 2t + 1 of each n8 tile
 #pragma unroll

@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(SoftmaxFwdTile<D, WARPS>::THREADS, SoftmaxFwdT
     // o (16 × D) += p (16 × 64) v: p's C fragments are the A fragments of the k16 steps; B(k = key, n = channel) is v's rows (transposed loads)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]), pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[4];
+      c_to_a(s[2 * kk], s[2 * kk + 1], pa);
       mma_row<Tl::NT, true>(o, pa, vt, Tl::LDV, 0, 16 * kk);
     }
     __syncthreads();  // every warp is done with this buffer before the next iteration's copies into it

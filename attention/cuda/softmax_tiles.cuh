@@ -36,4 +36,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The A fragment (16 × 16, one k16 step) made of two adjacent n8 C fragments c0 (columns 0..7) and c1
+// (columns 8..15), rounded to bf16: a product's result fed to the next product (p·v, pᵀ·dO, dsᵀ·q)
+__device__ __forceinline__ void c_to_a(const float (&c0)[4], const float (&c1)[4], uint32_t (&a)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]), a[1] = pack_bf16(c0[2], c0[3]), a[2] = pack_bf16(c1[0], c1[1]), a[3] = pack_bf16(c1[2], c1[3]);
+}
+
 }  // namespace nala::attention::cuda
