@@ -8,6 +8,7 @@
 #include <ATen/SDPBackend.h>
 #include <torch/autograd.h>
 
+#include "attention/cuda/softmax_fwd.h"  // kSoftmaxBwdMaxTokens (a plain header: no CUDA needed)
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/softmax_cuda.h"
 #endif
@@ -62,7 +63,7 @@ bool wants_grad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 // whether nala's kernels run this call: NALA_SDPA_BACKEND=nala and CUDA bf16 q, except training past the
 // tokens the backward holds (N > 256: ATen's choice, as documented); inputs they do not take are then an
 // error, never a silent fallback
-constexpr int64_t kNalaTrainingTokens = 256;  // attention/cuda/softmax_fwd.h kSoftmaxBwdMaxTokens
+constexpr int64_t kNalaTrainingTokens = cuda::kSoftmaxBwdMaxTokens;
 bool nala_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, SdpaBackend b) {
   if (b != SdpaBackend::Nala || !q.is_cuda() || q.scalar_type() != at::kBFloat16) return false;
   return !wants_grad(q, k, v) || q.dim() != 4 || q.size(2) <= kNalaTrainingTokens;
