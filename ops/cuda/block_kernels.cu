@@ -149,12 +149,11 @@ __device__ __forceinline__ void store_row_e4m3(uint8_t* __restrict__ q, float* _
   float amax = 0.f;
 #pragma unroll
   for (int j = 0; j < NV; ++j)
-    if (lane + 32 * j < D / 4)
+    if (lane + 32 * j < D / 4) {
+      round4(o[j], TO{});  // round_to<TO> of each value, a pair at a time
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        o[j][e] = round_to<TO>(o[j][e]);
-        amax = max_nan(amax, fabsf(o[j][e]));
-      }
+      for (int e = 0; e < 4; ++e) amax = max_nan(amax, fabsf(o[j][e]));
+    }
   amax = warp_max(amax);
   if (lane == 0) qscale[row] = row_scale(amax);
   const float inv_s = row_inv_scale(amax);
@@ -220,11 +219,7 @@ __device__ __forceinline__ void store_residual(T* __restrict__ res, float (&o)[N
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
     const int c = lane + 32 * j;
-    if (c < D / 4) {
-      store4(res + row * D + 4 * c, o[j]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[j][e] = round_to<T>(o[j][e]);
-    }
+    if (c < D / 4) store4_rounded(res + row * D + 4 * c, o[j]);
   }
 }
 
@@ -268,14 +263,20 @@ __global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T*
 constexpr int kStagedWarps = 8;  // warps a block
 constexpr int kStagedRows = 2;   // rows a warp has in shared memory: the one computed and the next in flight
 
-template <typename T, int NV, bool QUANT>
+// FULL: D = 128·NV, every lane's NV vectors in the row, and D a constant, so the guards, the branches
+// around each vector and the index arithmetic compile away (sampling's issue-bound instruction count:
+// ≈ 1,470 warp instructions a row of 1,152 before, Nsight Compute, twenty-fifth session); the same
+// arithmetic, so the same bits. The shared vectors hold gate, shift and 1 + scale: modulate_with's
+// 1.0f + sc, rounded once instead of at every row.
+template <typename T, int NV, bool QUANT, bool FULL>
 __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged(const T* __restrict__ x, const T* __restrict__ y, const SampleVec gate,
                                                                                  const SampleVec shift, const SampleVec scale, T* __restrict__ res,
                                                                                  T* __restrict__ out, uint8_t* __restrict__ q, float* __restrict__ qscale,
-                                                                                 int64_t rows, int64_t tokens, int D, float eps, int64_t chunk) {
+                                                                                 int64_t rows, int64_t tokens, int D_arg, float eps, int64_t chunk) {
   extern __shared__ float4 staged_smem[];
-  float* vecs = reinterpret_cast<float*>(staged_smem);  // (2 samples, 3, D): gate, shift, scale in float
+  float* vecs = reinterpret_cast<float*>(staged_smem);  // (2 samples, 3, D): gate, shift, 1 + scale in float
   constexpr int W = kStagedWarps;
+  const int D = FULL ? 128 * NV : D_arg;  // the launcher takes FULL only where D_arg = 128·NV
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, D4 = D / 4;
   T* stage = reinterpret_cast<T*>(vecs + 6 * D) + int64_t(warp) * kStagedRows * 2 * D;  // this warp's (kStagedRows, 2, D): x, y
   const int64_t row0 = int64_t(blockIdx.x) * chunk, row_end = min(rows, row0 + chunk);
@@ -285,7 +286,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged
 #pragma unroll
       for (int j = 0; j < NV; ++j) {
         const int c = lane + 32 * j;
-        if (c < D4) {
+        if (FULL || c < D4) {
           cp_async<4 * sizeof(T)>(sx + 4 * c, x + row * D + 4 * c);
           cp_async<4 * sizeof(T)>(sx + D + 4 * c, y + row * D + 4 * c);
         }
@@ -306,20 +307,23 @@ __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged
     load_sample4(shift, n0 + k, 4 * c, v);
     store4(vecs + (3 * k + 1) * D + 4 * c, v);
     load_sample4(scale, n0 + k, 4 * c, v);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = 1.0f + v[e];  // modulate_with's factor, the same float
     store4(vecs + (3 * k + 2) * D + 4 * c, v);
   }
   __syncthreads();
+  const int64_t second = (n0 + 1) * tokens;  // the block's second sample's first row (no 64-bit division a row)
   int s = 0;
   for (int64_t row = row0 + warp; row < row_end; row += W) {
     copy_row(row + (kStagedRows - 1) * W, s == 0 ? kStagedRows - 1 : s - 1);  // the stage this warp read last row
     cp_async_wait<kStagedRows - 1>();                                           // this row's copies have landed
     const T* sx = stage + s * 2 * D;
-    const float* g = vecs + 3 * int(row / tokens - n0) * D;  // (3, D): gate, shift, scale
+    const float* g = vecs + (row < second ? 0 : 3 * D);  // (3, D): gate, shift, 1 + scale of row's sample
     float o[NV][4];
 #pragma unroll
     for (int j = 0; j < NV; ++j) {  // o = x + gate·y, gated_row's arithmetic
       const int c = lane + 32 * j;
-      if (c < D4) {
+      if (FULL || c < D4) {
         float b[4], gv[4];
         load4(sx + 4 * c, o[j]);
         load4(sx + D + 4 * c, b);
@@ -334,7 +338,15 @@ __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged
     store_residual<T, NV>(res, o, row, D, lane);
     float mean, rstd;
     row_stats<NV>(o, D, eps, lane, mean, rstd);
-    modulate_with<float, NV>(o, g + D, g + 2 * D, D4, lane, mean, rstd);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {  // modulate_with's arithmetic with 1 + scale from shared memory
+      const int c = clamped_vec(lane, j, D4);
+      float sc1[4], sh[4];
+      load4(g + 2 * D + 4 * c, sc1);
+      load4(g + D + 4 * c, sh);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * sc1[e] + sh[e];
+    }
     if constexpr (QUANT) store_row_e4m3<T, NV>(q, qscale, o, row, D, lane);
     else store_row<T, NV>(out, o, row, D, lane);
     s = s + 1 == kStagedRows ? 0 : s + 1;
@@ -661,7 +673,9 @@ bool launch_residual_staged(const ResidualNormParams& p, int64_t rows, cudaStrea
     if constexpr (sizeof(T) == 2) {
       with_nv(D, [&](auto nv) {
         constexpr int NV = decltype(nv)::value;
-        const auto kernel = p.q ? residual_ln_modulate_staged<T, NV, true> : residual_ln_modulate_staged<T, NV, false>;
+        const bool full = D == 128 * NV;  // every lane's NV vectors in the row: the kernel without guards
+        const auto kernel = p.q ? (full ? residual_ln_modulate_staged<T, NV, true, true> : residual_ln_modulate_staged<T, NV, true, false>)
+                                : (full ? residual_ln_modulate_staged<T, NV, false, true> : residual_ln_modulate_staged<T, NV, false, false>);
         const int per_grid = persistent_blocks(reinterpret_cast<const void*>(kernel), kStagedWarps * 32, smem);
         if (per_grid < 1) return;  // does not fit: the one-pass kernel
         // rows a block: the rows spread over one wave, at most a sample's tokens (≤ two samples a block)

@@ -22,7 +22,13 @@ namespace nala::cuda_fp8_rows {
 constexpr float kE4m3Max = 448.f;  // largest finite float8_e4m3fn
 
 // max(a, b) that returns NaN when either is NaN, as torch's amax and clamp_min do (fmaxf returns the other)
-__device__ __forceinline__ float max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+// (PTX max.NaN, sm_80+: one FMNMX, where the compare-and-select took three instructions; a NaN
+// comes back as the canonical NaN)
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 
 __device__ __forceinline__ float row_scale(float amax) { return max_nan(amax, 1e-12f) / kE4m3Max; }
 __device__ __forceinline__ float row_inv_scale(float amax) { return kE4m3Max / max_nan(amax, 1e-12f); }

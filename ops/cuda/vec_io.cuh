@@ -20,10 +20,14 @@ __device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
   const float4 a = *reinterpret_cast<const float4*>(p);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
+// Two bf16 packed in a word (low half first) as floats: a bf16 is a float's high 16 bits, so one
+// shift or one mask a value (__bfloat1622float2 compiles to a byte permute and a shift for the high
+// half); the same values.
+__device__ __forceinline__ float2 unpack_bf16x2(unsigned w) { return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u)); }
+
 __device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&v)[4]) {
   const uint2 a = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.y));
+  const float2 lo = unpack_bf16x2(a.x), hi = unpack_bf16x2(a.y);
   v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
 }
 __device__ __forceinline__ void load4(const __half* p, float (&v)[4]) {
@@ -48,8 +52,38 @@ __device__ __forceinline__ void store4(__half* p, const float (&v)[4]) {
   *reinterpret_cast<uint2*>(p) = a;
 }
 
+// store4, and v replaced by what was stored (T's round to nearest even, read back): the values a
+// kernel that reads the stored vector again would see, from the packed words (one conversion a pair,
+// not one a value and a shift each)
+__device__ __forceinline__ void store4_rounded(float* p, float (&v)[4]) { store4(p, v); }
+__device__ __forceinline__ void store4_rounded(__nv_bfloat16* p, float (&v)[4]) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+  const uint2 w = make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+  *reinterpret_cast<uint2*>(p) = w;
+  const float2 a = unpack_bf16x2(w.x), b = unpack_bf16x2(w.y);
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void store4_rounded(__half* p, float (&v)[4]) {
+  const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+  *reinterpret_cast<uint2*>(p) = make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+  const float2 a = __half22float2(lo), b = __half22float2(hi);
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+// v rounded to T (round to nearest even) and back in float, in place: store4_rounded without the store
+__device__ __forceinline__ void round4(float (&)[4], float) {}
+__device__ __forceinline__ void round4(float (&v)[4], __nv_bfloat16) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+  const float2 a = unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lo)), b = unpack_bf16x2(*reinterpret_cast<const unsigned*>(&hi));
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void round4(float (&v)[4], __half) {
+  const float2 a = __half22float2(__floats2half2_rn(v[0], v[1])), b = __half22float2(__floats2half2_rn(v[2], v[3]));
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
 __device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ __forceinline__ float2 load2(const __nv_bfloat16* p) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p)); }
+__device__ __forceinline__ float2 load2(const __nv_bfloat16* p) { return unpack_bf16x2(*reinterpret_cast<const unsigned*>(p)); }
 __device__ __forceinline__ void store2(float* p, float2 v) { *reinterpret_cast<float2*>(p) = v; }
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float2 v) { *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v.x, v.y); }
 

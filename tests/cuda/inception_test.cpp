@@ -27,15 +27,13 @@ struct Tf32Off {  // TF32 off for the scope, the flags restored even when a chec
     at::globalContext().setAllowTF32CuBLAS(cublas);
   }
 };
-}  // namespace
 
-TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
-  if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
-  torch::manual_seed(0);
+// A float64 CPU network with random weights, BatchNorm statistics calibrated on random images (a
+// cumulative average, one train-mode pass), so that the features depend on the input through all
+// layers, then random per-channel affines
+std::shared_ptr<metrics::FidInception> calibrated_net() {
   auto net = std::make_shared<metrics::FidInception>();
   net->to(at::kDouble);
-  // BatchNorm statistics calibrated on random images (a cumulative average, one train-mode pass), so
-  // that the features depend on the input through all layers; then random per-channel affines
   at::Tensor calib = at::randint(0, 256, {6, 64, 64, 3}, at::TensorOptions().dtype(at::kByte));  // (N, H, W, 3)
   for (auto& m : net->modules(false))
     if (auto* b = dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) {
@@ -45,14 +43,20 @@ TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
   net->train();
   net->forward_uint8(calib);
   net->eval();
-  {
-    torch::NoGradGuard ng;
-    for (auto& item : net->named_parameters()) {
-      at::Tensor& t = item.value();
-      if (item.key().find(".bn.weight") != std::string::npos) t.copy_(at::rand_like(t) + 0.5);
-      else if (item.key().find(".bn.bias") != std::string::npos) t.copy_(at::randn_like(t) * 0.1);
-    }
+  torch::NoGradGuard ng;
+  for (auto& item : net->named_parameters()) {
+    at::Tensor& t = item.value();
+    if (item.key().find(".bn.weight") != std::string::npos) t.copy_(at::rand_like(t) + 0.5);
+    else if (item.key().find(".bn.bias") != std::string::npos) t.copy_(at::randn_like(t) * 0.1);
   }
+  return net;
+}
+}  // namespace
+
+TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
+  if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+  torch::manual_seed(0);
+  auto net = calibrated_net();
   at::Tensor images = at::randint(0, 256, {3, 64, 64, 3}, at::TensorOptions().dtype(at::kByte));  // (N, H, W, 3)
   net->speed = {false, false, false, false};
   metrics::InceptionFeatures ref = net->forward_uint8(images);  // float64 CPU, the BatchNorm layers
@@ -87,4 +91,39 @@ TEST(InceptionCuda, EverySpeedSettingEqualsTheBatchNormLayers) {
   net->to(at::kCPU, at::kDouble);
   net->speed = {false, false, false, false};
   EXPECT_LT(test::rel(changed, net->forward_uint8(images).pool), 1e-4);
+}
+
+// cuDNN's fused conv + bias + ReLU (at::cudnn_convolution_relu) takes an input z that ATen fills with
+// the uninitialised output tensor, weighted 0: 0·NaN is NaN, so if cuDNN read it, a NaN left in the
+// allocator's cache by an earlier tensor would reach the features (as NaN, or as 0 after the ReLU).
+// The cache is filled with NaN blocks of many sizes before every forward; the features must still
+// equal the unfused BatchNorm layers in float64.
+TEST(InceptionCuda, FusedReluReadsNoUninitialisedMemory) {
+  if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+  torch::manual_seed(1);
+  auto net = calibrated_net();
+  at::Tensor images = at::randint(0, 256, {4, 80, 80, 3}, at::TensorOptions().dtype(at::kByte));  // (N, H, W, 3)
+  net->speed = {false, false, false, false};
+  metrics::InceptionFeatures ref = net->forward_uint8(images);  // float64 CPU, the BatchNorm layers
+  net->to(at::kCUDA, at::kFloat);
+  Tf32Off tf32_off;
+  const auto poison_cache = [] {  // NaN-filled blocks of 4 KB … 64 MB, freed into the allocator's cache
+    std::vector<at::Tensor> blocks;
+    for (int64_t bytes = 4096; bytes <= (int64_t(64) << 20); bytes *= 4)
+      for (int i = 0; i < 6; ++i) blocks.push_back(at::full({bytes / 4}, NAN, at::TensorOptions().device(at::kCUDA)));  // (bytes / 4)
+    torch::cuda::synchronize();
+  };
+  net->speed = metrics::InceptionSpeed{};
+  ASSERT_TRUE(net->speed.fused_relu);  // the default takes cuDNN's fused kernel
+  for (int rep = 0; rep < 3; ++rep) {
+    poison_cache();
+    metrics::InceptionFeatures f = net->forward_uint8(images.to(at::kCUDA));
+    ASSERT_TRUE(at::isfinite(f.pool).all().item<bool>()) << "rep " << rep;
+    ASSERT_TRUE(at::isfinite(f.spatial).all().item<bool>()) << "rep " << rep;
+    const double e_pool = test::rel(f.pool, ref.pool), e_sp = test::rel(f.spatial, ref.spatial);
+    EXPECT_GT(ref.spatial.abs().max().item<double>(), 0.0);  // the spatial features are not all zero after their ReLU
+    std::printf("fused conv+ReLU after a NaN-filled cache, rep %d: rel error pool %.2e spatial %.2e\n", rep, e_pool, e_sp);
+    EXPECT_LT(e_pool, 1e-4);
+    EXPECT_LT(e_sp, 1e-4);
+  }
 }
