@@ -12,8 +12,8 @@
 # SAMPLE_XL_ENV lists switch settings to time in the same run, each nala's bf16 and fp8 steps again with
 # them set: entries apart by spaces, one entry's variables by commas, e.g.
 #   SAMPLE_XL_ENV="NALA_RESIDUAL_NORM_STAGED=0 NALA_GEMM_TUNE=1,NALA_GEMM_TUNE_LOG=1" (ops/fused_ops.h).
-# Default: NALA_SDPA_BACKEND=nala and =flash (nala's own softmax forward kernel, then FlashAttention-2, in
-# place of cuDNN's, attention/sdpa_backend.h; SAMPLE_XL_ENV= for none). SAMPLE_XL_TUNE=1 adds NALA_GEMM_TUNE=1. A SAMPLE_XL_NCU entry may end in @VAR=1[,VAR=1]
+# Default: none (NALA_SDPA_BACKEND=nala and =flash lost to cuDNN's attention at these shapes on 2026-12-05,
+# docs/benchmarks.md). SAMPLE_XL_TUNE=1 adds NALA_GEMM_TUNE=1. A SAMPLE_XL_NCU entry may end in @VAR=1[,VAR=1]
 # to profile with those switches set.
 out=$1
 n=./build-device/nala
@@ -22,7 +22,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
   echo
-  envs=${SAMPLE_XL_ENV-NALA_SDPA_BACKEND=nala NALA_SDPA_BACKEND=flash}
+  envs=${SAMPLE_XL_ENV-}
   [ "${SAMPLE_XL_TUNE:-0}" = 1 ] && envs="$envs NALA_GEMM_TUNE=1"
   for e in $envs; do
     echo "${e//,/ }:"

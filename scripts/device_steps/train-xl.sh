@@ -5,9 +5,8 @@
 # A benchmark: alone on the GPU. One file: train_xl.md.
 #   bash scripts/device_build.sh prebuilt train-xl
 # TRAIN_XL_ENV lists switch settings, entries apart by spaces, one entry's variables by commas
-# (default: the timed training GEMMs, ops/fused_ops.h gemm_tuned_training, with the tuner's log; the bias
-# gradients from the GEMM epilogues, gemm_bias_grads; both; cuDNN's attention kernels swapped for
-# nala's own, then for FlashAttention-2, attention/sdpa_backend.h):
+# (default: none. On 2026-12-05 every switch lost to the defaults: NALA_GEMM_TUNE_TRAIN=1, NALA_GEMM_BGRAD=1,
+# both; nala's and FlashAttention-2's attention lost to cuDNN's in the `sdpa` step; docs/benchmarks.md):
 #   TRAIN_XL_ENV="NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1 NALA_GEMM_EPILOGUES=0"
 # TRAIN_XL_MODELS (default DiT-S/2,DiT-XL/2) and TRAIN_XL_PEER=0 (no compiled peer) shorten it.
 out=$1
@@ -18,7 +17,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
   echo
-  for e in ${TRAIN_XL_ENV-NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_TUNE_LOG=1 NALA_GEMM_BGRAD=1 NALA_GEMM_TUNE_TRAIN=1,NALA_GEMM_BGRAD=1 NALA_SDPA_BACKEND=nala NALA_SDPA_BACKEND=flash}; do
+  for e in ${TRAIN_XL_ENV-}; do
     echo "${e//,/ }:"
     run env ${e//,/ } $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
     echo
