@@ -14,12 +14,20 @@
 #   SAMPLE_XL_ENV="NALA_RESIDUAL_NORM_STAGED=0 NALA_GEMM_TUNE=1,NALA_GEMM_TUNE_LOG=1" (ops/fused_ops.h).
 # Default: none (NALA_SDPA_BACKEND=nala and =flash lost to cuDNN's attention at these shapes on 2026-12-05,
 # docs/benchmarks.md). SAMPLE_XL_TUNE=1 adds NALA_GEMM_TUNE=1. A SAMPLE_XL_NCU entry may end in @VAR=1[,VAR=1]
-# to profile with those switches set.
+# to profile with those switches set. SAMPLE_XL_PAIRS=3 times nala and the peer three times in turn.
 out=$1
 n=./build-device/nala
 failed=0
 run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
+  # SAMPLE_XL_PAIRS=K (default 1): nala's steps and the compiled peer K times in turn, to see the
+  # run-to-run spread of the ratio (the peer's compiled step has ranged 63.0–67.0 ms over six calls)
+  for ((pair = 1; pair < ${SAMPLE_XL_PAIRS:-1}; ++pair)); do
+    echo "pair $pair:"
+    run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
+    run python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 3 --compile
+    echo
+  done
   run $n bench sample --models DiT-XL/2 --batch 64 --measure 3 --dtypes bf16,fp8 --cuda-graphs on
   echo
   envs=${SAMPLE_XL_ENV-}
@@ -31,7 +39,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
   done
   run python3 scripts/bench_pytorch_sample.py --model DiT-XL/2 --batch 64 --measure 3 --compile
   echo
-  for spec in ${SAMPLE_XL_NCU:-residual_ln_modulate_staged@bf16@8 residual_ln_modulate_staged@fp8@8}; do
+  for spec in ${SAMPLE_XL_NCU-residual_ln_modulate_staged@bf16@8 residual_ln_modulate_staged@fp8@8}; do  # empty: none
     IFS=@ read -r kernel dt skip senv <<< "$spec"
     echo "$kernel, $dt${senv:+, ${senv//,/ }}:"
     env ${senv//,/ } ncu --clock-control none --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread \
@@ -49,5 +57,5 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
       grep -E "Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps|Eligible Warps|Executed Ipc|Issue Slots|Executed Instructions|Memory Throughput|Hit Rate" | cut -c1-140
   done
 } > "$out/sample_xl.md" 2>&1
-grep -E "^\||FAILED|^NALA_[A-Z0-9_]+=|, (bf16|fp8|fp32)(, .*)?:$|, warp states:$|duration|dram__|registers|^gemm tune|Stall|Warp Cycles|Eligible|Issue|Ipc|Instructions|Throughput|Hit Rate" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
+grep -E "^\||FAILED|^pair [0-9]+:$|^NALA_[A-Z0-9_]+=|, (bf16|fp8|fp32)(, .*)?:$|, warp states:$|duration|dram__|registers|^gemm tune|Stall|Warp Cycles|Eligible|Issue|Ipc|Instructions|Throughput|Hit Rate" "$out/sample_xl.md" | grep -v -- "---" | cut -c1-120
 exit $failed
