@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T*
 // ran at 65 % (bf16) and 53 % (fp8) of DRAM bandwidth on the H200, 88 and 96 µs for DiT-XL/2's
 // 32,768 rows of 1,152 (twenty-second session, docs/benchmarks.md): a warp loads its row, reduces it
 // and then loads shift and scale from L2, one latency after another. This kernel: 84–87 µs (bf16),
-// 85–87 µs (fp8) (twenty-third session).
+// 85–87 µs (fp8) (twenty-third session); 81 and 74 µs with FULL (below; twenty-fifth session).
 constexpr int kStagedWarps = 8;  // warps a block
 constexpr int kStagedRows = 2;   // rows a warp has in shared memory: the one computed and the next in flight
 
