@@ -55,8 +55,9 @@ __device__ __forceinline__ void load_sample4(const SampleVec& v, int64_t n, int 
 }
 
 
-// o = (o − μ)·r·(1 + scale) + shift with sample vectors of one type V (their row's start)
-template <typename V, int NV>
+// o = (o − μ)·r·(1 + scale) + shift with sample vectors of one type V (their row's start);
+// SCALE1: `scale` already holds the floats 1 + scale (the same product, one addition fewer a value)
+template <typename V, int NV, bool SCALE1 = false>
 __device__ __forceinline__ void modulate_with(float (&o)[NV][4], const V* __restrict__ shift, const V* __restrict__ scale, int D4, int lane,
                                               float mean, float rstd) {
 #pragma unroll
@@ -66,7 +67,7 @@ __device__ __forceinline__ void modulate_with(float (&o)[NV][4], const V* __rest
     load4(scale + 4 * c, sc);
     load4(shift + 4 * c, sh);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * (1.0f + sc[e]) + sh[e];
+    for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * (SCALE1 ? sc[e] : 1.0f + sc[e]) + sh[e];
   }
 }
 
@@ -338,15 +339,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged
     store_residual<T, NV>(res, o, row, D, lane);
     float mean, rstd;
     row_stats<NV>(o, D, eps, lane, mean, rstd);
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {  // modulate_with's arithmetic with 1 + scale from shared memory
-      const int c = clamped_vec(lane, j, D4);
-      float sc1[4], sh[4];
-      load4(g + 2 * D + 4 * c, sc1);
-      load4(g + D + 4 * c, sh);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[j][e] = (o[j][e] - mean) * rstd * sc1[e] + sh[e];
-    }
+    modulate_with<float, NV, true>(o, g + D, g + 2 * D, D4, lane, mean, rstd);
     if constexpr (QUANT) store_row_e4m3<T, NV>(q, qscale, o, row, D, lane);
     else store_row<T, NV>(out, o, row, D, lane);
     s = s + 1 == kStagedRows ? 0 : s + 1;

@@ -25,61 +25,43 @@ __device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
 // half); the same values.
 __device__ __forceinline__ float2 unpack_bf16x2(unsigned w) { return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u)); }
 
-__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&v)[4]) {
-  const uint2 a = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = unpack_bf16x2(a.x), hi = unpack_bf16x2(a.y);
+// 4 values packed as T (round to nearest even), 2 a word, and back: the words load4/store4 move
+__device__ __forceinline__ uint2 pack4(const float (&v)[4], __nv_bfloat16) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+  return make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+}
+__device__ __forceinline__ uint2 pack4(const float (&v)[4], __half) {
+  const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
+  return make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
+}
+__device__ __forceinline__ void unpack4(uint2 w, float (&v)[4], __nv_bfloat16) {
+  const float2 lo = unpack_bf16x2(w.x), hi = unpack_bf16x2(w.y);
   v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
 }
-__device__ __forceinline__ void load4(const __half* p, float (&v)[4]) {
-  const uint2 a = *reinterpret_cast<const uint2*>(p);
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&a.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&a.y));
+__device__ __forceinline__ void unpack4(uint2 w, float (&v)[4], __half) {
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&w.x)), hi = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
   v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
 }
+
+__device__ __forceinline__ void load4(const __nv_bfloat16* p, float (&v)[4]) { unpack4(*reinterpret_cast<const uint2*>(p), v, __nv_bfloat16{}); }
+__device__ __forceinline__ void load4(const __half* p, float (&v)[4]) { unpack4(*reinterpret_cast<const uint2*>(p), v, __half{}); }
 __device__ __forceinline__ void store4(float* p, const float (&v)[4]) { *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]); }
-__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&v)[4]) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
-  uint2 a;
-  a.x = *reinterpret_cast<const unsigned*>(&lo);
-  a.y = *reinterpret_cast<const unsigned*>(&hi);
-  *reinterpret_cast<uint2*>(p) = a;
-}
-__device__ __forceinline__ void store4(__half* p, const float (&v)[4]) {
-  const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
-  uint2 a;
-  a.x = *reinterpret_cast<const unsigned*>(&lo);
-  a.y = *reinterpret_cast<const unsigned*>(&hi);
-  *reinterpret_cast<uint2*>(p) = a;
-}
+__device__ __forceinline__ void store4(__nv_bfloat16* p, const float (&v)[4]) { *reinterpret_cast<uint2*>(p) = pack4(v, __nv_bfloat16{}); }
+__device__ __forceinline__ void store4(__half* p, const float (&v)[4]) { *reinterpret_cast<uint2*>(p) = pack4(v, __half{}); }
 
-// store4, and v replaced by what was stored (T's round to nearest even, read back): the values a
-// kernel that reads the stored vector again would see, from the packed words (one conversion a pair,
-// not one a value and a shift each)
-__device__ __forceinline__ void store4_rounded(float* p, float (&v)[4]) { store4(p, v); }
-__device__ __forceinline__ void store4_rounded(__nv_bfloat16* p, float (&v)[4]) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
-  const uint2 w = make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
-  *reinterpret_cast<uint2*>(p) = w;
-  const float2 a = unpack_bf16x2(w.x), b = unpack_bf16x2(w.y);
-  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-__device__ __forceinline__ void store4_rounded(__half* p, float (&v)[4]) {
-  const __half2 lo = __floats2half2_rn(v[0], v[1]), hi = __floats2half2_rn(v[2], v[3]);
-  *reinterpret_cast<uint2*>(p) = make_uint2(*reinterpret_cast<const unsigned*>(&lo), *reinterpret_cast<const unsigned*>(&hi));
-  const float2 a = __half22float2(lo), b = __half22float2(hi);
-  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-
-// v rounded to T (round to nearest even) and back in float, in place: store4_rounded without the store
+// v rounded to T (round to nearest even) and back in float, in place: what storing v as T and
+// reading it again gives, one conversion a pair (not one a value and a shift each, as round_to)
 __device__ __forceinline__ void round4(float (&)[4], float) {}
-__device__ __forceinline__ void round4(float (&v)[4], __nv_bfloat16) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
-  const float2 a = unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lo)), b = unpack_bf16x2(*reinterpret_cast<const unsigned*>(&hi));
-  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
-}
-__device__ __forceinline__ void round4(float (&v)[4], __half) {
-  const float2 a = __half22float2(__floats2half2_rn(v[0], v[1])), b = __half22float2(__floats2half2_rn(v[2], v[3]));
-  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+template <typename T>
+__device__ __forceinline__ void round4(float (&v)[4], T t) { unpack4(pack4(v, t), v, t); }
+
+// store4, and v replaced by what was stored (round4), from the same packed words
+__device__ __forceinline__ void store4_rounded(float* p, float (&v)[4]) { store4(p, v); }
+template <typename T>
+__device__ __forceinline__ void store4_rounded(T* p, float (&v)[4]) {
+  const uint2 w = pack4(v, T{});
+  *reinterpret_cast<uint2*>(p) = w;
+  unpack4(w, v, T{});
 }
 
 __device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
