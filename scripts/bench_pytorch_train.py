@@ -7,10 +7,17 @@ Fused AdamW and the EMA by torch._foreach_lerp_, as a careful PyTorch user write
 one line); the compile time (the warm-up steps) is reported separately and excluded from img/s.
 Prints a markdown table: model, mode, ms/step, img/s, peak MiB, compile s.
 
+With --official DIR (a checkout of facebookresearch/DiT) it also times the official step, #34's
+peer: the repository's own models.py and create_diffusion(timestep_respacing="").training_losses (its
+loss, its numpy-indexed schedule tensors: train.py's step as written), AdamW(fused=True), the same
+EMA and bf16 autocast, eager and with torch.compile(model) — the rows marked "(official)".
+
 usage: python3 scripts/bench_pytorch_train.py [--models DiT-S/2,DiT-B/2,DiT-XL/2] [--batch 256] [--image-size 256] [--compile]
+                                              [--official DIR]
 """
 import time
 import argparse
+import copy
 import math
 import os
 import sys
@@ -78,6 +85,39 @@ def training_step(name, batch, L, compiled, diff, dev):
     return step, net
 
 
+def official_training_step(repo, name, batch, L, compiled, dev):
+    """The official DiT step (repo: a facebookresearch/DiT checkout) as a closure, like training_step:
+    its models.py DiT (4 latent channels, 1,000 classes, learned sigma: the defaults) and its
+    diffusion's training_losses, under bf16 autocast, fused AdamW, the EMA by _foreach_lerp_."""
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    import models  # noqa: E402  (the official models.py)
+    import diffusion  # noqa: E402  (the official diffusion package)
+    if name not in models.DiT_models:
+        raise SystemExit(f"bench_pytorch_train: {name!r} is not in {repo}/models.py (has {', '.join(models.DiT_models)})")
+    torch.manual_seed(0)
+    model = models.DiT_models[name](input_size=L).to(dev).train()
+    ema = copy.deepcopy(model).eval().requires_grad_(False)
+    objective = diffusion.create_diffusion(timestep_respacing="")  # train.py's: 1,000 steps, linear, learned sigma
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0, fused=True)
+    net = torch.compile(model) if compiled else model
+    x = torch.randn(batch, 4, L, L, device=dev)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+    ema_p, model_p = list(ema.parameters()), list(model.parameters())
+
+    def step():
+        t = torch.randint(0, objective.num_timesteps, (batch,), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = objective.training_losses(net, x, t, dict(y=y))["loss"].mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(ema_p, model_p, 1e-4)
+
+    return step, net
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="DiT-S/2,DiT-B/2,DiT-XL/2")
@@ -86,7 +126,10 @@ def main():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="also time torch.compile(model)")
+    p.add_argument("--official", metavar="DIR", help="also time the official DiT step from this checkout of facebookresearch/DiT")
     a = p.parse_args()
+    if a.official and not os.path.isfile(os.path.join(a.official, "models.py")):
+        raise SystemExit(f"bench_pytorch_train: --official {a.official}: no models.py there (a facebookresearch/DiT checkout is expected)")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     # NaLa models: the feature maps in float32 and the matmuls under autocast, as a user would write
@@ -98,8 +141,12 @@ def main():
     print(f"# PyTorch {torch.__version__} DiT training step, {torch.cuda.get_device_name()}, batch {a.batch}, latents 4x{L}x{L}, bf16 autocast")
     print("| model | mode | ms/step | img/s | peak MiB | compile s |\n|---|---|---|---|---|---|")
     modes = ["eager", "compiled"] if a.compile else ["eager"]
-    for name, mode in [(n, m) for n in a.models.split(",") for m in modes]:
-        step, net = training_step(name, a.batch, L, mode == "compiled", diff, dev)
+    kinds = ["lean", "official"] if a.official else ["lean"]
+    for name, kind, mode in [(n, k, m) for n in a.models.split(",") for k in kinds for m in modes]:
+        if kind == "official":
+            step, net = official_training_step(a.official, name, a.batch, L, mode == "compiled", dev)
+        else:
+            step, net = training_step(name, a.batch, L, mode == "compiled", diff, dev)
         torch.cuda.synchronize()
         t0 = time.time()
         for _ in range(a.warmup):
@@ -116,7 +163,7 @@ def main():
             e.synchronize()
             times.append(s.elapsed_time(e))
         ms = float(np.median(times))
-        print(f"| {name} (PyTorch) | {mode} | {ms:.1f} | {a.batch / ms * 1e3:.0f} | {torch.cuda.max_memory_allocated() / 2**20:.0f} | "
+        print(f"| {name} ({'official' if kind == 'official' else 'PyTorch'}) | {mode} | {ms:.1f} | {a.batch / ms * 1e3:.0f} | {torch.cuda.max_memory_allocated() / 2**20:.0f} | "
               f"{compile_s:.0f} |", flush=True)
         del step, net
         torch.cuda.empty_cache()

@@ -3,7 +3,14 @@
 by kernel name and prints the largest as a markdown table: where a run's GPU time goes, kernel by
 kernel, so two implementations of the same step can be compared.
 
-usage: python3 scripts/kernel_table.py ncu.csv [--top 30] [--title T]
+With `dram__bytes.sum` among the metrics it also sums each kernel's DRAM traffic and prints its
+bandwidth floor: the bytes at --bandwidth GB/s (default 4,300: the device-to-device copy measured on
+the H200, read and write counted, docs/benchmarks.md), the time no schedule of the same kernels'
+traffic can beat. The floor of the step is then the GEMMs' and attention's measured time plus the
+other kernels' floors: the roofline argument for what fusing or tuning the memory-bound kernels can
+still win (the GEMMs and attention are taken as they run; they are near their own limits).
+
+usage: python3 scripts/kernel_table.py ncu.csv [--top 30] [--title T] [--bandwidth GB/s]
 """
 import argparse
 import collections
@@ -44,20 +51,43 @@ def category(name):
     return "other"
 
 
-def print_tables(total, count, unit_us, title, top):
-    """total/count: per kernel name; unit_us: microseconds per unit of `total`."""
+def print_tables(total, count, unit_us, title, top, nbytes=None, bandwidth=4300.0):
+    """total/count: per kernel name; unit_us: microseconds per unit of `total`; nbytes: DRAM bytes
+    per kernel name (or None); bandwidth: GB/s of the floor."""
     all_us = sum(total.values()) * unit_us
-    cats = collections.Counter()
+    cats, cat_bytes = collections.Counter(), collections.Counter()
     for k, v in total.items():
         cats[category(k)] += v
+        if nbytes is not None:
+            cat_bytes[category(k)] += nbytes[k]
     print(f"### {title}: {sum(count.values())} kernels, {all_us / 1e3:.1f} ms of GPU time")
-    print("| category | total ms | share |\n|---|---|---|")
-    for c, v in cats.most_common():
-        print(f"| {c} | {v * unit_us / 1e3:.2f} | {v * unit_us / all_us * 100:.1f} % |")
+    if nbytes is None:
+        print("| category | total ms | share |\n|---|---|---|")
+        for c, v in cats.most_common():
+            print(f"| {c} | {v * unit_us / 1e3:.2f} | {v * unit_us / all_us * 100:.1f} % |")
+    else:
+        floor_ms = lambda b: b / (bandwidth * 1e9) * 1e3  # noqa: E731
+        print(f"| category | total ms | share | DRAM GB | GB/s | floor ms at {bandwidth:,.0f} GB/s |\n|---|---|---|---|---|---|")
+        for c, v in cats.most_common():
+            ms = v * unit_us / 1e3
+            print(f"| {c} | {ms:.2f} | {ms / (all_us / 1e3) * 100:.1f} % | {cat_bytes[c] / 1e9:.2f} | "
+                  f"{cat_bytes[c] / 1e9 / (ms / 1e3) if ms > 0 else 0:,.0f} | {floor_ms(cat_bytes[c]):.2f} |")
+        fixed = sum(v for c, v in cats.items() if c in ("GEMM", "attention")) * unit_us / 1e3
+        rest = sum(b for c, b in cat_bytes.items() if c not in ("GEMM", "attention"))
+        print(f"\nRoofline of the step: GEMM + attention as measured, {fixed:.2f} ms; every other kernel at its "
+              f"DRAM floor, {floor_ms(rest):.2f} ms ({rest / 1e9:.2f} GB): **{fixed + floor_ms(rest):.2f} ms** against "
+              f"{all_us / 1e3:.2f} ms measured.")
     print()
-    print("| kernel | launches | total ms | share |\n|---|---|---|---|")
-    for k, v in total.most_common(top):
-        print(f"| {k} | {count[k]} | {v * unit_us / 1e3:.2f} | {v * unit_us / all_us * 100:.1f} % |")
+    if nbytes is None:
+        print("| kernel | launches | total ms | share |\n|---|---|---|---|")
+        for k, v in total.most_common(top):
+            print(f"| {k} | {count[k]} | {v * unit_us / 1e3:.2f} | {v * unit_us / all_us * 100:.1f} % |")
+    else:
+        print("| kernel | launches | total ms | share | DRAM GB | GB/s |\n|---|---|---|---|---|---|")
+        for k, v in total.most_common(top):
+            ms = v * unit_us / 1e3
+            print(f"| {k} | {count[k]} | {ms:.2f} | {ms / (all_us / 1e3) * 100:.1f} % | {nbytes[k] / 1e9:.3f} | "
+                  f"{nbytes[k] / 1e9 / (ms / 1e3) if ms > 0 else 0:,.0f} |")
 
 
 def main():
@@ -65,6 +95,7 @@ def main():
     p.add_argument("csv")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--title", default="")
+    p.add_argument("--bandwidth", type=float, default=4300.0, help="GB/s of the DRAM floor (dram__bytes.sum)")
     a = p.parse_args()
     with open(a.csv) as f:
         lines = [l for l in f if l.startswith('"')]
@@ -73,18 +104,25 @@ def main():
         raise SystemExit(f"{a.csv}: no ncu CSV rows")
     hdr = rows[0]
     ki, ti = hdr.index("Kernel Name"), hdr.index("gpu__time_duration.sum")
+    bi = hdr.index("dram__bytes.sum") if "dram__bytes.sum" in hdr else None
     unit = rows[1][ti] if len(rows) > 1 else "ns"
-    total, count = collections.Counter(), collections.Counter()
+    byte_unit = rows[1][bi] if bi is not None and len(rows) > 1 else "byte"
+    byte_scale = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(byte_unit)
+    if bi is not None and byte_scale is None:
+        raise SystemExit(f"{a.csv}: unknown unit of dram__bytes.sum: {byte_unit!r}")
+    total, count, nbytes = collections.Counter(), collections.Counter(), collections.Counter()
     for r in rows[1:]:
         try:
             v = float(r[ti].replace(",", ""))
+            b = float(r[bi].replace(",", "")) * byte_scale if bi is not None else 0.0
         except ValueError:
             continue  # the units row
         k = short(r[ki])
         total[k] += v
         count[k] += 1
+        nbytes[k] += b
     scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
-    print_tables(total, count, scale, a.title, a.top)
+    print_tables(total, count, scale, a.title, a.top, nbytes if bi is not None else None, a.bandwidth)
 
 
 if __name__ == "__main__":

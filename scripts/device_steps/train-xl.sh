@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The same-run check of #34's training targets: nala's DiT-S/2 and DiT-XL/2 training steps (batch 256,
 # 256 px latents, bf16, CUDA graphs) with the defaults and again with each TRAIN_XL_ENV entry set,
-# then the compiled PyTorch step (scripts/bench_pytorch_train.py --compile, compile time excluded).
+# then the compiled PyTorch steps (scripts/bench_pytorch_train.py --compile, compile time excluded):
+# the lean step and, with the official checkout carried (.carry/official/DiT, scripts/prepare_carry.sh),
+# the official DiT step that #34's targets are set against (--official; TRAIN_XL_OFFICIAL=0 skips it).
 # A benchmark: alone on the GPU. One file: train_xl.md.
 #   bash scripts/device_build.sh prebuilt train-xl
 # TRAIN_XL_ENV lists switch settings, entries apart by spaces, one entry's variables by commas
@@ -22,7 +24,9 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
     run env ${e//,/ } $n bench train --models "$models" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
     echo
   done
-  [ "${TRAIN_XL_PEER:-1}" = 0 ] || run python3 scripts/bench_pytorch_train.py --models "$models" --batch 256 --steps 8 --warmup 3 --compile
+  official=()
+  [ "${TRAIN_XL_OFFICIAL:-1}" != 0 ] && [ -f .carry/official/DiT/models.py ] && official=(--official .carry/official/DiT)
+  [ "${TRAIN_XL_PEER:-1}" = 0 ] || run python3 scripts/bench_pytorch_train.py --models "$models" --batch 256 --steps 8 --warmup 3 --compile "${official[@]}"
 } > "$out/train_xl.md" 2>&1
 grep -E "^\||FAILED|^NALA_[A-Z0-9_]+=|^gemm tune" "$out/train_xl.md" | grep -v -- "---" | cut -c1-160
 exit $failed
