@@ -32,9 +32,14 @@ def short(name):
     return name[:110].replace("|", "/")
 
 
-CATEGORIES = [  # first match wins; what torch.compile fuses is everything but the first two
+CATEGORIES = [  # first match wins; what torch.compile fuses is everything but GEMM and attention
+    # attention first: cuDNN's sdpa kernels carry "wgmma" in their names; its backward's helper passes
+    # (compute_dot_do_o, convert_dq_to_16bits) and NaLa's attention kernels (attention/cuda) count here
+    ("attention", re.compile(r"sdpa|flash|fmha|compute_dot_do_o|convert_dq|onepass_|state_kernel|output_kernel|dq_kernel|dkv_kernel|"
+                             r"reduce_chunks|softmax_(fwd|bwd)", re.I)),
     ("GEMM", re.compile(r"gemm|nvjet|sm90_xmma|cutlass|cublas|matmul|wgmma", re.I)),
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|nala|state_kernel|output_kernel|dq_kernel|dkv_kernel|reduce_chunks", re.I)),
+    # nala's own row, column and block kernels (ops/cuda, attention/cuda: LePE, the norm-gate tail)
+    ("fused (nala)", re.compile(r"^(nala::|ops::|attention::)")),
     ("fused (Triton)", re.compile(r"^triton_", re.I)),
     ("optimizer / EMA", re.compile(r"adam|foreach|multi_tensor|lerp", re.I)),
     ("normalization", re.compile(r"layer_?norm|group_?norm|batch_?norm", re.I)),
