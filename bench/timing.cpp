@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <vector>
 
 #ifdef NALA_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -19,9 +22,36 @@ void synchronize(const c10::Device& device) {
 #endif
 }
 
+namespace {
+// NALA_PROFILE_TIMED=1: the profiler collects the timed repeats only (cudaProfilerStart/Stop around
+// them), so that `ncu --profile-from-start off` sees the steady state (a CUDA graph's replay, not the
+// warm-up's first steps). Off by default; any other value than unset, "" or "0" turns it on.
+bool profile_timed() {
+  const char* v = std::getenv("NALA_PROFILE_TIMED");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+struct ProfiledRange {
+  bool on;
+  explicit ProfiledRange(const c10::Device& device) : on(device.is_cuda() && profile_timed()) {
+#ifdef NALA_WITH_CUDA
+    if (on) cudaProfilerStart();
+#endif
+  }
+  ~ProfiledRange() {
+#ifdef NALA_WITH_CUDA
+    if (on) {
+      cudaDeviceSynchronize();
+      cudaProfilerStop();
+    }
+#endif
+  }
+};
+}  // namespace
+
 Timing time_it(const std::function<void()>& fn, const c10::Device& device, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(device);
+  const ProfiledRange profiled(device);
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
 #ifdef NALA_WITH_CUDA

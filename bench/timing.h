@@ -1,5 +1,7 @@
 // Timing for the benchmarks (never for tests): CUDA events on a GPU, a steady clock on the CPU;
-// warm-up first, then the median of the repeats.
+// warm-up first, then the median of the repeats. With NALA_PROFILE_TIMED=1 on a GPU the repeats run
+// between cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`
+// (scripts/device_steps/kernels-compiled.sh).
 #pragma once
 #include <functional>
 #include <string>
