@@ -15,6 +15,7 @@ std::atomic<int> g_epilogues{-1};
 std::atomic<int> g_gemm_tune{-1};
 std::atomic<int> g_gemm_tune_train{-1};
 std::atomic<int> g_gemm_bgrad{-1};
+std::atomic<int> g_dgelu_gemm{-1};
 std::atomic<int> g_recompute{-1};
 std::atomic<int> g_fp8_mlp{-1};
 std::atomic<int> g_fp8_ln{-1};
@@ -54,6 +55,28 @@ bool gemm_tuned_training() { return read_switch(g_gemm_tune_train, "NALA_GEMM_TU
 void set_gemm_tuned_training(bool on) { g_gemm_tune_train = on ? 1 : 0; }
 bool gemm_bias_grads() { return read_switch(g_gemm_bgrad, "NALA_GEMM_BGRAD", 0); }
 void set_gemm_bias_grads(bool on) { g_gemm_bgrad = on ? 1 : 0; }
+DgeluGemm dgelu_gemm_from(const std::string& s) {
+  DgeluGemm k;
+  if (s.empty() || s == "cublaslt") k = DgeluGemm::cublaslt;
+  else if (s == "cutlass-pingpong") k = DgeluGemm::cutlass_pingpong;
+  else if (s == "cutlass-cooperative") k = DgeluGemm::cutlass_cooperative;
+  else throw std::runtime_error("environment variable NALA_GEMM_DGELU='" + s + "' must be cublaslt, cutlass-pingpong or cutlass-cooperative");
+#ifndef NALA_WITH_CUTLASS
+  if (k != DgeluGemm::cublaslt)
+    throw std::runtime_error("environment variable NALA_GEMM_DGELU='" + s + "': this build has no CUTLASS (CMakeLists.txt NALA_CUTLASS_INCLUDE)");
+#endif
+  return k;
+}
+DgeluGemm dgelu_gemm() {
+  int v = g_dgelu_gemm.load();
+  if (v < 0) {
+    const char* e = std::getenv("NALA_GEMM_DGELU");
+    v = int(dgelu_gemm_from(e ? e : ""));
+    g_dgelu_gemm = v;
+  }
+  return DgeluGemm(v);
+}
+void set_dgelu_gemm(DgeluGemm k) { g_dgelu_gemm = int(k); }
 
 bool recompute_saved() { return read_switch(g_recompute, "NALA_RECOMPUTE", 0); }
 void set_recompute_saved(bool on) { g_recompute = on ? 1 : 0; }

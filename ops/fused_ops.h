@@ -3,6 +3,8 @@
 // operations with their own backward (CUDA kernels where they take the tensors); 0 runs the plain
 // ATen composition on every device, the unfused reference path. Any other value is an error.
 #pragma once
+#include <string>
+
 #include <ATen/core/Tensor.h>
 
 namespace nala::ops {
@@ -43,6 +45,16 @@ void set_gemm_tuned_training(bool on);
 // NALA_GEMM_TUNE_TRAIN=1 these GEMMs' algorithms are timed too. Any other value is an error.
 bool gemm_bias_grads();
 void set_gemm_bias_grads(bool on);
+// fc1's DGELU GEMM in training, dy = GELU_tanh'(a) ⊙ (g w2) (ops/mlp.cpp, ops/cuda/gemm_epilogue.h
+// gemm_dgelu), from NALA_GEMM_DGELU: `cublaslt` (default: cuBLASLt's DGELU epilogue, which at DiT-S/2's
+// shape runs a non-warp-specialized kernel at 240 µs against 131 for the plain dgrad GEMM,
+// docs/benchmarks.md), `cutlass-pingpong` or `cutlass-cooperative` (ops/cutlass/gemm_dgelu.h, bf16
+// GEMMs; fp16 ones stay on cuBLASLt). Not timed on a GPU yet: the default until it is. A CUTLASS value
+// in a build without CUTLASS, or any other value, is an error.
+enum class DgeluGemm { cublaslt = 0, cutlass_pingpong = 1, cutlass_cooperative = 2 };
+DgeluGemm dgelu_gemm();
+void set_dgelu_gemm(DgeluGemm k);
+DgeluGemm dgelu_gemm_from(const std::string& value);  // NALA_GEMM_DGELU's value ("" the default), or the error
 
 // Memory for time in training: NALA_RECOMPUTE=1 has the gated NaLa block keep less for the
 // backward and recompute it there: the block's attention, gate, tail and output projection run as

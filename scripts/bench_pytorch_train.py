@@ -71,18 +71,24 @@ def training_step(name, batch, L, compiled, diff, dev):
     net = torch.compile(model) if compiled else model
     x = torch.randn(batch, 4, L, L, device=dev)
     y = torch.randint(0, 1000, (batch,), device=dev)
+    return optimizer_step(lambda: diff.loss(net, x, y), opt, ema, model), net
+
+
+def optimizer_step(loss_fn, opt, ema, model):
+    """One training step as a closure: loss_fn() under bf16 autocast, backward, the optimizer, the EMA
+    by _foreach_lerp_ (decay 0.9999)."""
     ema_p, model_p = list(ema.parameters()), list(model.parameters())
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = diff.loss(net, x, y)
+            loss = loss_fn()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         with torch.no_grad():
             torch._foreach_lerp_(ema_p, model_p, 1e-4)
 
-    return step, net
+    return step
 
 
 def official_training_step(repo, name, batch, L, compiled, dev):
@@ -103,19 +109,12 @@ def official_training_step(repo, name, batch, L, compiled, dev):
     net = torch.compile(model) if compiled else model
     x = torch.randn(batch, 4, L, L, device=dev)
     y = torch.randint(0, 1000, (batch,), device=dev)
-    ema_p, model_p = list(ema.parameters()), list(model.parameters())
 
-    def step():
+    def loss():
         t = torch.randint(0, objective.num_timesteps, (batch,), device=dev)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = objective.training_losses(net, x, t, dict(y=y))["loss"].mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(ema_p, model_p, 1e-4)
+        return objective.training_losses(net, x, t, dict(y=y))["loss"].mean()
 
-    return step, net
+    return optimizer_step(loss, opt, ema, model), net
 
 
 def main():

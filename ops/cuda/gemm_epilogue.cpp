@@ -20,8 +20,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "ops/fused_ops.h"
+
 #ifdef NALA_WITH_CUTLASS
 #include "ops/cutlass/gemm_bias.h"
+#include "ops/cutlass/gemm_dgelu.h"
 #endif
 
 namespace nala::ops::cuda {
@@ -307,11 +310,30 @@ void set_bias_gradient(Desc& desc, const at::Tensor& db, bool in_float) {
 }
 }  // namespace
 
+namespace {
+std::atomic<int64_t> g_dgelu_cutlass_runs{0};
+}  // namespace
+
+int64_t gemm_dgelu_cutlass_runs() { return g_dgelu_cutlass_runs.load(); }
+
 at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune) {
   check_dgelu_operands(g, w, aux, "gemm_dgelu");
   const c10::cuda::CUDAGuard guard(g.device());
   const int64_t R = g.size(0), M = g.size(1), N = w.size(1);
   at::Tensor dy = at::empty({R, N}, g.options());  // (R, N)
+#ifdef NALA_WITH_CUTLASS
+  if (const DgeluGemm k = dgelu_gemm(); k != DgeluGemm::cublaslt && g.scalar_type() == at::kBFloat16) {
+    const auto s = k == DgeluGemm::cutlass_pingpong ? cutlass_gemm::DgeluSchedule::pingpong : cutlass_gemm::DgeluSchedule::cooperative;
+    const at::Tensor ws = at::empty({int64_t(std::max<size_t>(cutlass_gemm::gemm_dgelu_bf16_workspace(s, R, M, N), 1))},
+                                    g.options().dtype(at::kByte));  // (bytes)
+    std::string why;
+    TORCH_CHECK(cutlass_gemm::gemm_dgelu_bf16(s, g.data_ptr(), w.data_ptr(), aux.data_ptr(), dy.data_ptr(), R, M, N, ws.data_ptr(),
+                                              at::cuda::getCurrentCUDAStream().stream(), why),
+                "gemm_dgelu: NALA_GEMM_DGELU's CUTLASS kernel cannot run ", R, "x", M, " -> ", N, ": ", why);
+    ++g_dgelu_cutlass_runs;
+    return dy;
+  }
+#endif
   Desc desc;
   describe_dgelu(desc, CUBLASLT_EPILOGUE_DGELU, aux, N);
   // column-major: dyᵀ (N, R) = w-stored (N, M) · gᵀ (M, R)

@@ -21,8 +21,12 @@ bool gemm_epilogue_supported(const at::Tensor& x, const at::Tensor& w);
 // {h, aux}, both (R, N) in x's dtype; b (N) is cast to x's dtype
 // (tune: the algorithm timed once a shape and kept, as gemm_bias's below; training's NALA_GEMM_TUNE_TRAIN=1)
 std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool tune = false);
-// g (R, M), w (M, N) (fc2's weight: out M = D, in N = hidden), aux (R, N) → dy (R, N)
+// g (R, M), w (M, N) (fc2's weight: out M = D, in N = hidden), aux (R, N) → dy (R, N). In bf16 with
+// NALA_GEMM_DGELU=cutlass-pingpong or cutlass-cooperative (ops/fused_ops.h dgelu_gemm) CUTLASS's kernel
+// (ops/cutlass/gemm_dgelu.h) instead of cuBLASLt's, an error where it cannot run the shape.
 at::Tensor gemm_dgelu(const at::Tensor& g, const at::Tensor& w, const at::Tensor& aux, bool tune = false);
+// how many gemm_dgelu calls CUTLASS's kernel has run in this process (tests)
+int64_t gemm_dgelu_cutlass_runs();
 // The same GEMM with fc1's bias gradient Σ_rows dy (N) from its epilogue (CUBLASLT_EPILOGUE_DGELU_BGRAD):
 // {dy (R, N), db (N) float32}, both undefined where cuBLASLt offers no algorithm (the caller then runs
 // gemm_dgelu and the column sum). The bias gradient is written in float32 where cuBLASLt takes that,

@@ -13,6 +13,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "ops/cutlass/run_gemm.cuh"
 
 namespace nala::ops::cutlass_gemm {
 namespace detail {  // named: an anonymous namespace beside cute's makes nvcc's host stubs ambiguous
@@ -50,10 +51,7 @@ typename Gemm::Arguments arguments(const void* x, const void* w, const void* b, 
                                 {static_cast<const Bf16*>(x), sa, static_cast<const Bf16*>(w), sb},
                                 {{}, nullptr, typename Kernel::StrideC{}, static_cast<Bf16*>(y), sd}};
   args.epilogue.thread = {{}, {static_cast<const Bf16*>(b), Bf16(0), {}}, {}};  // {acc, {bias}, plus}
-  int device = 0;
-  cudaGetDevice(&device);
-  args.hw_info.device_id = device;
-  args.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  args.hw_info = current_device_info();
   return args;
 }
 
@@ -69,22 +67,7 @@ bool gemm_bias_bf16(const void* x, const void* w, const void* b, void* y, int64_
     why = "rows " + std::to_string(R) + ", N " + std::to_string(N) + ", K " + std::to_string(K) + " (N and K multiples of 8, rows < 2^31)";
     return false;
   }
-  const auto args = detail::arguments(x, w, b, y, R, N, K);
-  detail::Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) {
-    why = "CUTLASS cannot implement it";
-    return false;
-  }
-  const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (gemm.initialize(args, workspace, st) != cutlass::Status::kSuccess) {
-    why = "CUTLASS initialize failed";
-    return false;
-  }
-  if (gemm.run(st) != cutlass::Status::kSuccess) {
-    why = std::string("CUTLASS run failed: ") + cudaGetErrorString(cudaGetLastError());
-    return false;
-  }
-  return true;
+  return run_gemm<detail::Gemm>(detail::arguments(x, w, b, y, R, N, K), workspace, stream, why);
 }
 
 }  // namespace nala::ops::cutlass_gemm

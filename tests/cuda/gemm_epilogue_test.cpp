@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -23,6 +24,7 @@
 #include "ops/cuda/gemm_epilogue.h"
 #ifdef NALA_WITH_CUTLASS
 #include "ops/cutlass/gemm_bias.h"
+#include "ops/cutlass/gemm_dgelu.h"
 #endif
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
@@ -49,10 +51,33 @@ class GemmEpilogue : public ::testing::Test {
     ops::set_gemm_tuned(false);
     ops::set_gemm_tuned_training(false);
     ops::set_gemm_bias_grads(false);
+    ops::set_dgelu_gemm(ops::DgeluGemm::cublaslt);
   }
 };
 
 at::Tensor d(const at::Tensor& t) { return t.to(at::kDouble).cpu(); }
+
+// One training step of a DiT-S-shaped MLP on x0 with output gradient gy: under bf16 autocast on the
+// GPU as the trainer runs it, or (fp64) the plain formula in float64 on the CPU, the truth. Returns
+// {out, dx, dW1, db1, dW2, db2}.
+std::vector<at::Tensor> mlp_step(nala::models::Mlp& m, const at::Tensor& x0, const at::Tensor& gy, bool fp64) {
+  for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
+  if (fp64) {
+    auto p = [](const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().requires_grad_(true); };
+    std::vector<at::Tensor> ps = {p(m.fc1->weight), p(m.fc1->bias), p(m.fc2->weight), p(m.fc2->bias)};
+    at::Tensor xd = p(x0);
+    const at::Tensor y = at::linear(at::gelu(at::linear(xd, ps[0], ps[1]), "tanh"), ps[2], ps[3]);
+    (y * d(gy)).sum().backward();
+    return {y.detach(), xd.grad(), ps[0].grad(), ps[1].grad(), ps[2].grad(), ps[3].grad()};
+  }
+  at::Tensor x = x0.clone().requires_grad_(true), y;
+  {
+    Autocast ac(true);
+    y = m.forward(x);  // bf16
+  }
+  (y.to(at::kFloat) * gy).sum().backward();
+  return {y.detach(), x.grad(), m.fc1->weight.grad(), m.fc1->bias.grad(), m.fc2->weight.grad(), m.fc2->bias.grad()};
+}
 
 }  // namespace
 
@@ -95,22 +120,7 @@ TEST_F(GemmEpilogue, TrainingMlpEqualsTheBiasGeluPath) {
   const at::Tensor x0 = at::randn({8, 64, 384}, at::kCUDA), gy = at::randn({8, 64, 384}, at::kCUDA);
   auto run = [&](bool epilogues, bool fp64) {
     ops::set_gemm_epilogues(epilogues);
-    for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
-    at::Tensor x = x0.clone().requires_grad_(true), y;
-    if (fp64) {  // the truth: the plain formula in float64 on the CPU
-      auto p = [](const at::Tensor& t) { return t.detach().to(at::kDouble).cpu().requires_grad_(true); };
-      std::vector<at::Tensor> ps = {p(m.fc1->weight), p(m.fc1->bias), p(m.fc2->weight), p(m.fc2->bias)};
-      at::Tensor xd = p(x0);
-      y = at::linear(at::gelu(at::linear(xd, ps[0], ps[1]), "tanh"), ps[2], ps[3]);
-      (y * d(gy)).sum().backward();
-      return std::vector<at::Tensor>{y.detach(), xd.grad(), ps[0].grad(), ps[1].grad(), ps[2].grad(), ps[3].grad()};
-    }
-    {
-      Autocast ac(true);
-      y = m.forward(x);  // (8, 64, 384) bf16
-    }
-    (y.to(at::kFloat) * gy).sum().backward();
-    return std::vector<at::Tensor>{y.detach(), x.grad(), m.fc1->weight.grad(), m.fc1->bias.grad(), m.fc2->weight.grad(), m.fc2->bias.grad()};
+    return mlp_step(m, x0, gy, fp64);  // {out (8, 64, 384), dx, dW1, db1, dW2, db2}
   };
   const auto truth = run(false, true), off = run(false, false), on = run(true, false);
   const char* names[] = {"out", "dx", "dW1", "db1", "dW2", "db2"};
@@ -428,5 +438,77 @@ TEST_F(GemmEpilogue, CutlassBiasGemmMatchesFloat64LikeAten) {
   std::string why;
   EXPECT_FALSE(ops::cutlass_gemm::gemm_bias_bf16(nullptr, nullptr, nullptr, nullptr, 16, 12, 64, nullptr, nullptr, why));  // N % 8
   EXPECT_NE(why.find("N 12"), std::string::npos) << why;
+}
+
+// CUTLASS's DGELU GEMMs (ops/cutlass/gemm_dgelu.h), both schedules, through gemm_dgelu with
+// NALA_GEMM_DGELU set: dy = GELU_tanh'(aux) ⊙ (g w) against float64 truth beside cuBLASLt's DGELU epilogue
+// (the default) on DiT-S/2's and DiT-XL/2's fc1 shapes at a few rows, rows off the 128-row tile, and a
+// tiny one; every element written (the output starts as NaN where CUTLASS writes it directly).
+TEST_F(GemmEpilogue, CutlassDgeluMatchesFloat64LikeCublasLt) {
+  ASSERT_TRUE(ops::cuda::gemm_cutlass_built());
+  for (auto [R, M, N] : {std::tuple<int64_t, int64_t, int64_t>{4096, 384, 1536}, {1000, 1152, 4608}, {129, 64, 264}, {8, 8, 8}}) {
+    torch::manual_seed(R + M);
+    const at::Tensor g = at::randn({R, M}, at::kCUDA).to(at::kBFloat16), w = (at::randn({M, N}, at::kCUDA) * 0.05).to(at::kBFloat16);  // (R, M), (M, N)
+    const at::Tensor aux = (at::randn({R, N}, at::kCUDA) * 2).to(at::kBFloat16);                                                   // (R, N)
+    const at::Tensor truth = at::gelu_backward(d(g).mm(d(w)), d(aux), "tanh");                                                  // (R, N)
+    const at::Tensor lt = ops::cuda::gemm_dgelu(g, w, aux);                                                                         // (R, N)
+    const double e_lt = rel(lt, truth);
+    for (auto k : {ops::DgeluGemm::cutlass_pingpong, ops::DgeluGemm::cutlass_cooperative}) {
+      ops::set_dgelu_gemm(k);
+      const int64_t runs = ops::cuda::gemm_dgelu_cutlass_runs();
+      const at::Tensor dy = ops::cuda::gemm_dgelu(g, w, aux);  // (R, N)
+      torch::cuda::synchronize();
+      EXPECT_EQ(ops::cuda::gemm_dgelu_cutlass_runs(), runs + 1) << "the CUTLASS kernel did not run";
+      const double e = rel(dy, truth);
+      std::printf("  cutlass dgelu %-11s %ldx%ld->%ld: vs float64 %.2e, cuBLASLt %.2e\n",
+                  k == ops::DgeluGemm::cutlass_pingpong ? "ping-pong" : "cooperative", (long)R, (long)M, (long)N, e, e_lt);
+      EXPECT_FALSE(dy.isnan().any().item<bool>());
+      EXPECT_LE(e, 1.5 * e_lt + 2e-3) << R << "x" << M << "x" << N;
+    }
+    ops::set_dgelu_gemm(ops::DgeluGemm::cublaslt);
+    // the kernel alone writes every element of its output (no NaN left from the fill)
+    at::Tensor y = at::full({R, N}, std::nan(""), g.options());  // (R, N)
+    const auto s = ops::cutlass_gemm::DgeluSchedule::pingpong;
+    const at::Tensor ws = at::empty({int64_t(std::max<size_t>(ops::cutlass_gemm::gemm_dgelu_bf16_workspace(s, R, M, N), 1))}, g.options().dtype(at::kByte));
+    std::string why;
+    ASSERT_TRUE(ops::cutlass_gemm::gemm_dgelu_bf16(s, g.data_ptr(), w.data_ptr(), aux.data_ptr(), y.data_ptr(), R, M, N, ws.data_ptr(),
+                                                    at::cuda::getCurrentCUDAStream().stream(), why))
+        << why;
+    EXPECT_FALSE(y.isnan().any().item<bool>());
+  }
+  std::string why;
+  EXPECT_FALSE(ops::cutlass_gemm::gemm_dgelu_bf16(ops::cutlass_gemm::DgeluSchedule::cooperative, nullptr, nullptr, nullptr, nullptr, 16, 64, 12,
+                                                   nullptr, nullptr, why));  // N % 8
+  EXPECT_NE(why.find("N 12"), std::string::npos) << why;
+}
+
+// The DiT-S MLP trained one step under bf16 autocast with NALA_GEMM_DGELU=cutlass-pingpong and
+// =cutlass-cooperative: every output and gradient as close to float64 as with cuBLASLt's DGELU (the
+// default), and the CUTLASS kernel ran once a backward.
+TEST_F(GemmEpilogue, TrainingMlpWithCutlassDgeluMatchesCublasLt) {
+  torch::manual_seed(12);
+  nala::models::Mlp m(384, 1536);
+  for (auto& p : m.parameters()) p.detach().normal_(0, 0.05);
+  m.to(at::kCUDA);
+  const at::Tensor x0 = at::randn({8, 64, 384}, at::kCUDA), gy = at::randn({8, 64, 384}, at::kCUDA);
+  auto run = [&](ops::DgeluGemm k, bool fp64) {
+    ops::set_dgelu_gemm(k);
+    return mlp_step(m, x0, gy, fp64);  // {out (8, 64, 384), dx, dW1, db1, dW2, db2}
+  };
+  const auto truth = run(ops::DgeluGemm::cublaslt, true), lt = run(ops::DgeluGemm::cublaslt, false);
+  const char* names[] = {"out", "dx", "dW1", "db1", "dW2", "db2"};
+  for (auto k : {ops::DgeluGemm::cutlass_pingpong, ops::DgeluGemm::cutlass_cooperative}) {
+    const int64_t runs = ops::cuda::gemm_dgelu_cutlass_runs();
+    const auto c = run(k, false);
+    EXPECT_EQ(ops::cuda::gemm_dgelu_cutlass_runs(), runs + 1);
+    for (int i = 0; i < 6; ++i) {
+      const double e = rel(c[i], truth[i]), e_lt = rel(lt[i], truth[i]);
+      std::printf("  training MLP bf16 %-4s CUTLASS dgelu (%d) %.2e  cuBLASLt %.2e\n", names[i], int(k), e, e_lt);
+      EXPECT_EQ(c[i].scalar_type(), lt[i].scalar_type()) << names[i];
+      EXPECT_LE(e, 1.5 * e_lt + 2e-3) << names[i];
+    }
+    EXPECT_TRUE(at::equal(c[0], lt[0])) << "the forward does not depend on the switch";
+  }
+  ops::set_dgelu_gemm(ops::DgeluGemm::cublaslt);
 }
 #endif

@@ -116,3 +116,48 @@ TEST(LinearOp, BiasGradientSwitchLeavesTheCpuOnAten) {
     EXPECT_TRUE(at::equal(on[i], off[i])) << "output/gradient " << i;
   }
 }
+
+TEST(LinearOp, DgeluGemmSwitchIsCheckedAndLeavesTheCpuOnAten) {
+  // NALA_GEMM_DGELU (ops/fused_ops.h dgelu_gemm: fc1's DGELU GEMM from CUTLASS instead of cuBLASLt)
+  // concerns bf16 CUDA GEMMs alone: on the CPU mlp_op's output and gradients are the bits they are
+  // with the default, which the MLP's other tests hold against autograd of the plain formulas. Its
+  // values: the three names, "" the default; anything else (and a CUTLASS name in a build without
+  // CUTLASS) an error naming the variable and the value.
+  EXPECT_EQ(dgelu_gemm_from(""), DgeluGemm::cublaslt);
+  EXPECT_EQ(dgelu_gemm_from("cublaslt"), DgeluGemm::cublaslt);
+#ifdef NALA_WITH_CUTLASS
+  EXPECT_EQ(dgelu_gemm_from("cutlass-pingpong"), DgeluGemm::cutlass_pingpong);
+  EXPECT_EQ(dgelu_gemm_from("cutlass-cooperative"), DgeluGemm::cutlass_cooperative);
+#else
+  try {
+    dgelu_gemm_from("cutlass-pingpong");
+    ADD_FAILURE() << "a CUTLASS kernel accepted in a build without CUTLASS";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUTLASS"), std::string::npos) << e.what();
+  }
+#endif
+  try {
+    dgelu_gemm_from("cutlass");
+    ADD_FAILURE() << "NALA_GEMM_DGELU=cutlass accepted";
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("NALA_GEMM_DGELU"), std::string::npos) << m;
+    EXPECT_NE(m.find("'cutlass'"), std::string::npos) << m;
+  }
+  torch::manual_seed(7);
+  const at::Tensor x0 = at::randn({2, 5, 16}), w1 = at::randn({32, 16}), b1 = at::randn({32}), w2 = at::randn({16, 32}), b2 = at::randn({16});
+  const at::Tensor gm = at::randn({2, 5, 16});
+  auto step = [&](DgeluGemm k) {
+    set_dgelu_gemm(k);
+    auto leaf = [](const at::Tensor& t) { return t.clone().requires_grad_(true); };
+    const at::Tensor x = leaf(x0), v1 = leaf(w1), c1 = leaf(b1), v2 = leaf(w2), c2 = leaf(b2);
+    const at::Tensor m = mlp_op(x, v1, c1, v2, c2);  // (2, 5, 16)
+    (m * gm).sum().backward();
+    return std::vector<at::Tensor>{m.detach(), x.grad(), v1.grad(), c1.grad(), v2.grad(), c2.grad()};
+  };
+  const auto on = step(DgeluGemm::cutlass_pingpong), off = step(DgeluGemm::cublaslt);  // off last: the default
+  for (size_t i = 0; i < on.size(); ++i) {
+    ASSERT_TRUE(on[i].defined()) << "output/gradient " << i;
+    EXPECT_TRUE(at::equal(on[i], off[i])) << "output/gradient " << i;
+  }
+}
