@@ -28,6 +28,8 @@ int run_eval(int argc, char** argv) {
       "out", "output .npz for --save-stats, or the classifier for --train-fmnist-classifier", cxxopts::value<std::string>())(
       "fmnist", "evaluate --sample against Fashion-MNIST's test split with --classifier (FD-FMNIST etc.)")(
       "classifier", "nala's Fashion-MNIST classifier (safetensors)", cxxopts::value<std::string>())(
+      "ref-cache", "with --fmnist: keep the test split's classifier features in this file and reuse them (recomputed when the classifier or image size differs)",
+      cxxopts::value<std::string>())(
       "train-fmnist-classifier", "train the Fashion-MNIST classifier and write it to --out")(
       "epochs", "classifier epochs", cxxopts::value<int64_t>()->default_value("4"))("seed", "classifier seed", cxxopts::value<uint64_t>()->default_value("0"))(
       "batch-size", "Inception batch", cxxopts::value<int64_t>()->default_value("250"))(
@@ -44,6 +46,10 @@ int run_eval(int argc, char** argv) {
   eo.batch = a["batch-size"].as<int64_t>();
   eo.allow_few_samples = a.count("allow-few-samples") > 0;
   eo.allow_size_mismatch = a.count("allow-size-mismatch") > 0;
+  if (a.count("ref-cache")) {
+    if (!a.count("fmnist")) throw std::runtime_error("--ref-cache is for --fmnist evaluations only");
+    eo.fmnist_ref_cache = a["ref-cache"].as<std::string>();
+  }
   nlohmann::ordered_json j;
 
   if (a.count("train-fmnist-classifier")) {

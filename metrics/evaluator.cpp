@@ -1,6 +1,8 @@
 #include "metrics/evaluator.h"
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -10,6 +12,7 @@
 #include "data/datasets.h"
 #include "io/image.h"
 #include "io/npz.h"
+#include "io/safetensors.h"
 #include "report/progress.h"
 #include "metrics/fmnist_classifier.h"
 #include "metrics/inception.h"
@@ -137,6 +140,65 @@ void save_reference_stats(FidInception& net, const std::string& in_npz, const st
   w.close();
 }
 
+namespace {
+
+// FNV-1a, 64 bits (http://www.isthe.com/chongo/tech/comp/fnv/): a cache key, not a security hash.
+constexpr uint64_t kFnvOffset = 14695981039346656037ull, kFnvPrime = 1099511628211ull;
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t h) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * kFnvPrime;
+  return h;
+}
+uint64_t fnv1a(const at::Tensor& t, uint64_t h) {
+  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+  return fnv1a(c.data_ptr(), size_t(c.nbytes()), h);
+}
+std::string hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+// A hash of the classifier's weights (names and values, buffers included).
+std::string fnv1a_hex(const FmnistClassifier& net) {
+  uint64_t h = kFnvOffset;
+  for (const auto& p : net.named_parameters(true)) h = fnv1a(p.value(), fnv1a(p.key().data(), p.key().size(), h));
+  for (const auto& b : net.named_buffers(true)) h = fnv1a(b.value(), fnv1a(b.key().data(), b.key().size(), h));
+  return hex(h);
+}
+
+constexpr const char* kRefCacheFormat = "nala fmnist reference features 2";
+constexpr int64_t kPrK = 3, kPrBlock = 10000;  // P/R's k-th neighbour and distance block, as ADM (evaluator.py)
+
+struct RefCache {
+  at::Tensor features, radii;  // (refs, 256), (refs,) float32; undefined: to be computed
+};
+
+// The cached reference features and radii when `path` holds them for this classifier and these
+// references; undefined when the file is absent or was written for another classifier or image size
+// (it is then recomputed and replaced). A file that is not such a cache is an error: it is never
+// overwritten.
+RefCache cached_references(const std::string& path, const std::string& key_net, const std::string& key_ref, int64_t refs) {
+  if (!std::filesystem::exists(path)) return {};
+  std::map<std::string, std::string> meta;
+  const io::NamedTensors t = io::load_safetensors(path, &meta);
+  if (meta["format"] != kRefCacheFormat)
+    throw std::runtime_error(path + ": not a nala Fashion-MNIST reference cache (format '" + meta["format"] + "', expected '" +
+                             kRefCacheFormat + "'); pass another --ref-cache path");
+  if (meta["classifier_fnv1a64"] != key_net || meta["references_fnv1a64"] != key_ref) {
+    std::cerr << path << ": reference features of another classifier or image size; recomputing them\n";
+    return {};
+  }
+  const bool ok = t.size() == 2 && t[0].first == "features" && t[0].second.scalar_type() == at::kFloat &&
+                  t[0].second.sizes() == at::IntArrayRef{refs, 256} && t[1].first == "radii" && t[1].second.scalar_type() == at::kFloat &&
+                  t[1].second.sizes() == at::IntArrayRef{refs};
+  if (!ok)
+    throw std::runtime_error(path + ": a reference cache holds float32 'features' (" + std::to_string(refs) + ", 256) and 'radii' (" +
+                             std::to_string(refs) + ")");
+  return {t[0].second, t[1].second};
+}
+
+}  // namespace
+
 FmnistMetrics evaluate_fmnist(FmnistClassifier& net, const std::string& sample_npz, const std::string& fmnist_dir, const EvalOptions& o) {
   torch::NoGradGuard ng;
   net.to(o.device);
@@ -159,16 +221,33 @@ FmnistMetrics evaluate_fmnist(FmnistClassifier& net, const std::string& sample_n
   at::Tensor imgs = r.read_all();                                                    // (N, S, S, C)
   at::Tensor xs = imgs.select(3, 0).unsqueeze(1).to(at::kFloat).div(127.5).sub(1.0);  // gray: channel 0, (N, 1, S, S)
   data::FashionMNIST test(fmnist_dir, "test", 32);
-  at::Tensor xr = test.images().unsqueeze(1).to(at::kFloat).div(127.5).sub(1.0);     // (10000, 1, 32, 32)
-  if (up > 1) {
-    // samples of the upsampled data (data/datasets.h): each up×up block averaged back to 32 px, and the
-    // test images taken the same way (upsampled, written as uint8 like samples, averaged), so a
-    // model that reproduces the data exactly scores as the test set itself
-    xs = at::avg_pool2d(xs, {up, up});                                                                       // (N, 1, 32, 32)
-    xr = at::avg_pool2d(io::uint8_to_model(io::model_to_uint8(data::fashion_mnist_upsample(xr, S))), {up, up});  // (10000, 1, 32, 32)
-  }
+  const at::Tensor raw = test.images();  // (10000, 32, 32) uint8
+  if (up > 1) xs = at::avg_pool2d(xs, {up, up});  // (N, 1, 32, 32)
+  // the test images as the classifier sees them: at 32 px as they are; for samples of the upsampled
+  // data (data/datasets.h), whose up×up blocks are averaged back to 32 px above, taken the same way
+  // (upsampled, written as uint8 like samples, averaged), so a model that reproduces the data exactly
+  // scores as the test set itself
+  auto references = [&] {
+    at::Tensor xr = raw.unsqueeze(1).to(at::kFloat).div(127.5).sub(1.0);  // (10000, 1, 32, 32)
+    if (up > 1) xr = at::avg_pool2d(io::uint8_to_model(io::model_to_uint8(data::fashion_mnist_upsample(xr, S))), {up, up});
+    return xr;
+  };
   auto [fs, ls] = feats(xs);
-  auto [fr, lr] = feats(xr);
+  RefCache ref;  // the reference features (10000, 256) and their P/R radii (10000,)
+  if (!o.fmnist_ref_cache.empty()) {
+    // keyed by the classifier's weights, the test images and the size they are taken through
+    const std::string key_net = fnv1a_hex(net), key_ref = hex(fnv1a(raw, fnv1a(&S, sizeof S, kFnvOffset)));
+    ref = cached_references(o.fmnist_ref_cache, key_net, key_ref, raw.size(0));
+    if (!ref.features.defined()) {
+      ref.features = feats(references()).first;
+      ref.radii = manifold_radii(ref.features, kPrK, kPrBlock);
+      io::save_safetensors(o.fmnist_ref_cache, {{"features", ref.features}, {"radii", ref.radii}},
+                           {{"format", kRefCacheFormat}, {"classifier_fnv1a64", key_net}, {"references_fnv1a64", key_ref}});
+    }
+  } else {
+    ref.features = feats(references()).first;
+  }
+  const at::Tensor& fr = ref.features;
   check_counts(fs.size(0), 256, sample_npz, o);
   RunningStats a(256), b(256);
   a.add(fs);
@@ -177,7 +256,7 @@ FmnistMetrics evaluate_fmnist(FmnistClassifier& net, const std::string& sample_n
   m.samples = fs.size(0);
   m.references = fr.size(0);
   m.fd = frechet_distance(a.mean(), a.covariance(), b.mean(), b.covariance());
-  auto pr = precision_recall(fr, fs, 3, 10000);
+  auto pr = precision_recall(fr, fs, kPrK, kPrBlock, ref.radii);
   m.precision = pr.precision;
   m.recall = pr.recall;
   m.class_is = inception_score(ls, 5000);

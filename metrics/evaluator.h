@@ -21,6 +21,10 @@ struct EvalOptions {
   bool allow_size_mismatch = false;  // different image sizes in the two batches is an error unless set
   c10::Device device = c10::Device("cpu");
   bool progress = true;
+  // --fmnist only: keep the Fashion-MNIST test split's classifier features and P/R radii in this
+  // safetensors file and reuse them (keyed by hashes of the classifier's weights and of the test
+  // images with the sample size); empty: computed every call
+  std::string fmnist_ref_cache;
 };
 
 struct InceptionMetrics {

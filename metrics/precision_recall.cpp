@@ -26,10 +26,14 @@ at::Tensor manifold_radii(const at::Tensor& f, int64_t k, int64_t block) {
   return at::cat(out);
 }
 
-PrecisionRecall precision_recall(const at::Tensor& ref_in, const at::Tensor& sam_in, int64_t k, int64_t block) {
+PrecisionRecall precision_recall(const at::Tensor& ref_in, const at::Tensor& sam_in, int64_t k, int64_t block, const at::Tensor& ref_radii) {
   at::Tensor ref = ref_in.to(at::kFloat), sam = sam_in.to(sam_in.device(), at::kFloat).to(ref.device());
   if (ref.size(1) != sam.size(1)) throw std::runtime_error("precision/recall: feature sizes differ");
-  at::Tensor r_ref = manifold_radii(ref, k, block), r_sam = manifold_radii(sam, k, block);
+  if (ref_radii.defined() && (ref_radii.dim() != 1 || ref_radii.size(0) != ref.size(0)))
+    throw std::runtime_error("precision/recall: " + std::to_string(ref_radii.numel()) + " reference radii for " + std::to_string(ref.size(0)) +
+                             " references");
+  at::Tensor r_ref = ref_radii.defined() ? ref_radii.to(ref.device(), at::kFloat) : manifold_radii(ref, k, block);  // (Nr,)
+  at::Tensor r_sam = manifold_radii(sam, k, block);                                                                // (Ns,)
   int64_t in_ref = 0, in_sam = 0;
   for (int64_t i = 0; i < sam.size(0); i += block) {  // precision: a sample inside some reference ball
     at::Tensor d = sq_dist(sam.narrow(0, i, std::min(block, sam.size(0) - i)), ref);  // (b, Nr)

@@ -13,7 +13,9 @@ namespace nala::metrics {
 struct PrecisionRecall {
   double precision, recall;
 };
-PrecisionRecall precision_recall(const at::Tensor& ref, const at::Tensor& samples, int64_t k = 3, int64_t block = 10000);
+// ref_radii: the references' radii (manifold_radii(ref, k, block)) when already known, else computed.
+PrecisionRecall precision_recall(const at::Tensor& ref, const at::Tensor& samples, int64_t k = 3, int64_t block = 10000,
+                                 const at::Tensor& ref_radii = {});
 at::Tensor manifold_radii(const at::Tensor& feats, int64_t k, int64_t block);  // (N,) float32
 
 }  // namespace nala::metrics

@@ -10,7 +10,7 @@ run, and print the final table with the mean and spread over seeds.
 eval: for each checkpoint RUN/checkpoints/STEP not yet evaluated, `nala sample` draws --samples
 images with the family's fixed sampler (DiT / NaLaDiT: DPM-Solver++, 25 steps; SiT / NaLaSiT: Heun
 ODE, 13 grid points; --dit-sampler / --sit-sampler change them), unguided and with --cfg-scale (not
-with --unguided-only), and `nala eval --fmnist` measures them; the
+with --unguided-only), and `nala eval --fmnist` measures them (the test split's features once a call: --ref-cache); the
 results go to RUN/evals/STEP_unguided.json and STEP_cfg<scale>.json (written to a temporary name,
 then renamed: an interrupted eval leaves nothing half-written and is resumed by running it again).
 RUN may also be a run of scripts/official_fmnist.py (the official DiT / SiT trainers): its EMA
@@ -73,6 +73,13 @@ def run_cmd(cmd):
 
 
 def evaluate(args):
+    # the test split's classifier features, computed by the first `nala eval` of this call and
+    # reused by the others (--ref-cache; they cost most of an evaluation on a CPU)
+    with tempfile.TemporaryDirectory(prefix="nala-fmnist-ref-") as cache:
+        evaluate_runs(args, Path(cache) / "reference_features.safetensors")
+
+
+def evaluate_runs(args, ref_cache):
     modes = [("unguided", 1.0, [])] + ([] if args.unguided_only else [(f"cfg{args.cfg_scale:g}", args.cfg_scale, [])])
     samplers = {"dit": args.dit_sampler.split(), "sit": args.sit_sampler.split()}
     for run in map(Path, args.runs):
@@ -96,7 +103,7 @@ def evaluate(args):
                              "--num-samples", args.samples, "--batch-size", args.batch_size, "--seed", args.seed,
                              "--npz", npz, "--device", args.device, *extra])
                     run_cmd([args.nala, "eval", "--fmnist", "--sample", npz, "--classifier", args.classifier,
-                             "--device", args.device, "--json", ev])
+                             "--device", args.device, "--json", ev, "--ref-cache", ref_cache])
                     result = json.loads(ev.read_text())
                 result.update({"step": step, "images_seen": state["images_seen"], "model": state["model"], "mode": mode,
                                "cfg_scale": scale, "samples": args.samples, "sampler": " ".join(sampler)})

@@ -74,7 +74,9 @@ def test_hostile_inputs(tmp):
                                                 "--init-noise", tmp / "n.npz", "--out", tmp / "out" / "g.png", "--device", "cpu"]),
         ("noise.npz", bad / "n.npz", lambda f: ["sample", "--ckpt", ckpt, "--steps", "2", "--init-noise", f, "--out", tmp / "out" / "g.png",
                                                "--device", "cpu"]),
-        ("sample.npz", bad / "s.npz", lambda f: ["eval", "--fmnist", "--sample", f, "--classifier", tmp / "cls.safetensors", "--device", "cpu"]),
+        # (the test split's features cached after the first readable sample: it costs most of an evaluation)
+        ("sample.npz", bad / "s.npz", lambda f: ["eval", "--fmnist", "--sample", f, "--classifier", tmp / "cls.safetensors", "--device", "cpu",
+                                               "--ref-cache", bad / "ref_cache.safetensors"]),
         ("config.json", tmp / "out" / "run" / "config.json", lambda f: ["train", "--preset", "fashion-mnist-tiny", "--batch", "16", "--steps", "1",
                                                                       "--sample-every", "0", "--device", "cpu", "--out", tmp / "out" / "run"]),
         ("image.png", tmp / "out" / "imgs" / "a" / "1.png", lambda f: ["extract-latents", "--data", tmp / "out" / "imgs", "--vae", vae,

@@ -174,10 +174,10 @@ def test_metric_formulas_on_synthetic_features(tmp):
 def test_nala_eval_end_to_end(tmp, weights):
     m, path = weights
     rng = np.random.default_rng(4)
-    ref = rng.integers(0, 256, (40, 64, 64, 3), dtype=np.uint8)
+    ref = rng.integers(0, 256, (24, 64, 64, 3), dtype=np.uint8)
     sam = np.clip(ref.astype(int) + rng.integers(-40, 40, ref.shape), 0, 255).astype(np.uint8)[::-1].copy()
     np.savez(tmp / "ref.npz", arr_0=ref)
-    np.savez(tmp / "sam.npz", arr_0=sam, arr_1=np.arange(40))
+    np.savez(tmp / "sam.npz", arr_0=sam, arr_1=np.arange(24))
     run("nala", "eval", "--ref", tmp / "ref.npz", "--sample", tmp / "sam.npz", "--inception", path, "--json", tmp / "m.json",
         "--device", "cpu", "--batch-size", "16", "--allow-few-samples")
     ours = json.loads((tmp / "m.json").read_text())
@@ -194,7 +194,7 @@ def test_nala_eval_end_to_end(tmp, weights):
     ref_vals = {"fid": fid, "sfid": sfid, "is": adm_is(f64(ls_), 5000), "precision": p, "recall": r}
     print({k: (round(ours[k], 6), round(v, 6)) for k, v in ref_vals.items()})
     for k, v in ref_vals.items():
-        tol = 2e-3 * abs(v) + 1e-6 if k in ("fid", "sfid", "is") else 0.026  # P/R: one image of 40 may flip at a tie
+        tol = 2e-3 * abs(v) + 1e-6 if k in ("fid", "sfid", "is") else 1.05 / 24  # P/R: one image of 24 may flip at a tie
         assert abs(ours[k] - v) <= tol, (k, ours[k], v)
     # --save-stats then evaluation from the stored statistics gives the same FID
     run("nala", "eval", "--save-stats", tmp / "ref.npz", "--out", tmp / "ref_stats.npz", "--inception", path, "--device", "cpu",
@@ -276,8 +276,13 @@ def test_fmnist_eval_equals_an_independent_computation(tmp, size):
         net["fc2"].weight.mul_(4)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, tmp / "cls.safetensors",
               metadata={"recipe": "random weights (test)", "test_accuracy": "0"})
-    run("nala", "eval", "--fmnist", "--sample", tmp / "s.npz", "--classifier", tmp / "cls.safetensors", "--device", "cpu",
-        "--json", tmp / "e.json")
+    # at 128 px through --ref-cache, pre-filled with a stale cache (another classifier's keys, zero
+    # features): it must be recomputed, or the numbers below would not hold (check_ref_cache)
+    cache = tmp / "ref.safetensors"
+    if size == 128:
+        save_file({"features": torch.zeros(10000, 256), "radii": torch.zeros(10000)}, cache, metadata=stale_cache_keys())
+    proc = run("nala", "eval", "--fmnist", "--sample", tmp / "s.npz", "--classifier", tmp / "cls.safetensors", "--device", "cpu",
+               "--json", tmp / "e.json", *(["--ref-cache", cache] if size == 128 else []))
     ours = json.loads((tmp / "e.json").read_text())
 
     F = torch.nn.functional
@@ -304,3 +309,47 @@ def test_fmnist_eval_equals_an_independent_computation(tmp, size):
         # FD, IS: float32 features against float64 statistics; P/R and accuracy: a few images may flip at a tie
         tol = 1e-3 * abs(v) + 1e-6 if k in ("fd_fmnist", "is_fmnist") else 3 / 600
         assert abs(ours[k] - v) <= tol, (k, ours[k], v)
+    if size == 128:
+        assert "another classifier or image size; recomputing" in proc.stderr, proc.stderr
+        check_ref_cache(tmp, cache, ours, fr)
+
+
+def stale_cache_keys():
+    return {"format": "nala fmnist reference features 2", "classifier_fnv1a64": "0" * 16, "references_fnv1a64": "0" * 16}
+
+
+def check_ref_cache(tmp, cache, ours, fr):
+    """--ref-cache after the stale cache was recomputed (the numbers checked above): it now holds the
+    test split's features (equal to the ones computed here) and their P/R radii under new keys; a
+    second evaluation reads it (the same numbers; zeroed features change FD); a file that is no
+    cache is an error and left as it was; --ref-cache without --fmnist is an error."""
+    from safetensors.torch import load_file
+    from safetensors import safe_open
+    with safe_open(str(cache), "pt") as f:
+        meta = f.metadata()
+    stale = stale_cache_keys()
+    assert meta["format"] == stale["format"] and meta["classifier_fnv1a64"] != stale["classifier_fnv1a64"] and \
+        meta["references_fnv1a64"] != stale["references_fnv1a64"], meta
+    stored = load_file(cache)
+    feats = stored["features"].numpy()
+    assert feats.shape == fr.shape and rel(feats, fr) < 1e-4, rel(feats, fr)  # float32 features of the same images
+    # the P/R radii: the 4th smallest squared distance to the references, self included (ADM's k = 3)
+    f = torch.from_numpy(fr)
+    sq = f.pow(2).sum(1)
+    radii = torch.cat([(sq[i:i + 2000, None] - 2 * f[i:i + 2000] @ f.T + sq).clamp_min(0).kthvalue(4, dim=1).values
+                       for i in range(0, len(f), 2000)]).numpy()
+    assert rel(stored["radii"].numpy(), radii) < 1e-4, rel(stored["radii"].numpy(), radii)
+    args = ["nala", "eval", "--fmnist", "--sample", tmp / "s.npz", "--classifier", tmp / "cls.safetensors", "--device", "cpu",
+            "--ref-cache", cache]
+    p = run(*args, "--json", tmp / "c1.json")
+    assert "recomputing" not in p.stderr and json.loads((tmp / "c1.json").read_text()) == ours
+    # the same keys, other features: read, not recomputed
+    save_file({"features": torch.zeros(10000, 256), "radii": stored["radii"]}, cache, metadata=meta)
+    p = run(*args, "--json", tmp / "c2.json")
+    assert "recomputing" not in p.stderr and json.loads((tmp / "c2.json").read_text())["fd_fmnist"] != ours["fd_fmnist"]
+    before = (tmp / "cls.safetensors").read_bytes()
+    p = run(*args[:-1], tmp / "cls.safetensors", check=False)
+    assert p.returncode != 0 and "cls.safetensors: not a nala Fashion-MNIST reference cache" in p.stderr, p.stderr
+    assert (tmp / "cls.safetensors").read_bytes() == before
+    p = run("nala", "eval", "--ref", tmp / "s.npz", "--sample", tmp / "s.npz", "--ref-cache", cache, check=False)
+    assert p.returncode != 0 and "--ref-cache is for --fmnist evaluations only" in p.stderr, p.stderr

@@ -186,8 +186,9 @@ def test_pip_install_into_a_fresh_venv(tmp):
         if not entry.name.lower().startswith(BUILD_TOOLS):
             (visible / entry.name).symlink_to(entry)
     (Path(site) / "torch_from_project_venv.pth").write_text(f"{visible}\n")
+    # run in tmp: from the repository root, its cmake/ folder would be found as a namespace package
     hidden = subprocess.run([str(py), "-c", "import importlib.util as u; print([m for m in ('scikit_build_core', 'cmake', 'ninja') if u.find_spec(m)])"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+                            capture_output=True, text=True, check=True, cwd=str(tmp)).stdout.strip()
     assert hidden == "[]", f"the fresh venv already has build tools: {hidden}"
     env = {k: v for k, v in os.environ.items() if k not in ("NALA_OPS_LIBRARY", "PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{venv / 'bin'}:{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), CMAKE_ARGS="-DNALA_CUDA=OFF")
