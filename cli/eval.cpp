@@ -28,7 +28,7 @@ int run_eval(int argc, char** argv) {
       "out", "output .npz for --save-stats, or the classifier for --train-fmnist-classifier", cxxopts::value<std::string>())(
       "fmnist", "evaluate --sample against Fashion-MNIST's test split with --classifier (FD-FMNIST etc.)")(
       "classifier", "nala's Fashion-MNIST classifier (safetensors)", cxxopts::value<std::string>())(
-      "ref-cache", "with --fmnist: keep the test split's classifier features in this file and reuse them (recomputed when the classifier or image size differs)",
+      "ref-cache", "with --fmnist: keep the test split's classifier features in this file and reuse them (recomputed when the classifier, image size or device differs)",
       cxxopts::value<std::string>())(
       "train-fmnist-classifier", "train the Fashion-MNIST classifier and write it to --out")(
       "epochs", "classifier epochs", cxxopts::value<int64_t>()->default_value("4"))("seed", "classifier seed", cxxopts::value<uint64_t>()->default_value("0"))(
@@ -49,6 +49,7 @@ int run_eval(int argc, char** argv) {
   if (a.count("ref-cache")) {
     if (!a.count("fmnist")) throw std::runtime_error("--ref-cache is for --fmnist evaluations only");
     eo.fmnist_ref_cache = a["ref-cache"].as<std::string>();
+    io::check_parent_dir(eo.fmnist_ref_cache, "--ref-cache");
   }
   nlohmann::ordered_json j;
 

@@ -166,6 +166,9 @@ std::string fnv1a_hex(const FmnistClassifier& net) {
   return hex(h);
 }
 
+// The cache's format; bump the number when what it holds changes (the classifier's features, the
+// references' preprocessing, kPrK): a cache of another number is then recomputed and replaced.
+constexpr const char* kRefCacheFamily = "nala fmnist reference features ";
 constexpr const char* kRefCacheFormat = "nala fmnist reference features 2";
 constexpr int64_t kPrK = 3, kPrBlock = 10000;  // P/R's k-th neighbour and distance block, as ADM (evaluator.py)
 
@@ -173,28 +176,30 @@ struct RefCache {
   at::Tensor features, radii;  // (refs, 256), (refs,) float32; undefined: to be computed
 };
 
-// The cached reference features and radii when `path` holds them for this classifier and these
-// references; undefined when the file is absent or was written for another classifier or image size
-// (it is then recomputed and replaced). A file that is not such a cache is an error: it is never
-// overwritten.
+// The cached reference features and radii when `path` holds them for this classifier, these
+// references and this device; undefined when the file is absent or was written for another
+// classifier, image size, device or format version (it is then recomputed and replaced). A file
+// that is not such a cache is an error: it is never overwritten.
 RefCache cached_references(const std::string& path, const std::string& key_net, const std::string& key_ref, int64_t refs) {
   if (!std::filesystem::exists(path)) return {};
   std::map<std::string, std::string> meta;
   const io::NamedTensors t = io::load_safetensors(path, &meta);
-  if (meta["format"] != kRefCacheFormat)
+  if (meta["format"].rfind(kRefCacheFamily, 0) != 0)
     throw std::runtime_error(path + ": not a nala Fashion-MNIST reference cache (format '" + meta["format"] + "', expected '" +
                              kRefCacheFormat + "'); pass another --ref-cache path");
-  if (meta["classifier_fnv1a64"] != key_net || meta["references_fnv1a64"] != key_ref) {
-    std::cerr << path << ": reference features of another classifier or image size; recomputing them\n";
+  if (meta["format"] != kRefCacheFormat || meta["classifier_fnv1a64"] != key_net || meta["references_fnv1a64"] != key_ref) {
+    std::cerr << path << ": reference features of another classifier, image size, device or format; recomputing them\n";
     return {};
   }
-  const bool ok = t.size() == 2 && t[0].first == "features" && t[0].second.scalar_type() == at::kFloat &&
-                  t[0].second.sizes() == at::IntArrayRef{refs, 256} && t[1].first == "radii" && t[1].second.scalar_type() == at::kFloat &&
-                  t[1].second.sizes() == at::IntArrayRef{refs};
-  if (!ok)
+  RefCache c;
+  for (const auto& [name, x] : t) {
+    if (name == "features" && x.scalar_type() == at::kFloat && x.sizes() == at::IntArrayRef{refs, 256}) c.features = x;
+    if (name == "radii" && x.scalar_type() == at::kFloat && x.sizes() == at::IntArrayRef{refs}) c.radii = x;
+  }
+  if (t.size() != 2 || !c.features.defined() || !c.radii.defined())
     throw std::runtime_error(path + ": a reference cache holds float32 'features' (" + std::to_string(refs) + ", 256) and 'radii' (" +
                              std::to_string(refs) + ")");
-  return {t[0].second, t[1].second};
+  return c;
 }
 
 }  // namespace
@@ -235,8 +240,11 @@ FmnistMetrics evaluate_fmnist(FmnistClassifier& net, const std::string& sample_n
   auto [fs, ls] = feats(xs);
   RefCache ref;  // the reference features (10000, 256) and their P/R radii (10000,)
   if (!o.fmnist_ref_cache.empty()) {
-    // keyed by the classifier's weights, the test images and the size they are taken through
-    const std::string key_net = fnv1a_hex(net), key_ref = hex(fnv1a(raw, fnv1a(&S, sizeof S, kFnvOffset)));
+    // keyed by the classifier's weights, the test images, the size they are taken through and the
+    // device type (CUDA's convolutions may use TF32: its features differ from the CPU's in the 3rd digit)
+    const std::string device = c10::DeviceTypeName(o.device.type());
+    const std::string key_net = fnv1a_hex(net);
+    const std::string key_ref = hex(fnv1a(raw, fnv1a(device.data(), device.size(), fnv1a(&S, sizeof S, kFnvOffset))));
     ref = cached_references(o.fmnist_ref_cache, key_net, key_ref, raw.size(0));
     if (!ref.features.defined()) {
       ref.features = feats(references()).first;

@@ -10,7 +10,7 @@ run, and print the final table with the mean and spread over seeds.
 eval: for each checkpoint RUN/checkpoints/STEP not yet evaluated, `nala sample` draws --samples
 images with the family's fixed sampler (DiT / NaLaDiT: DPM-Solver++, 25 steps; SiT / NaLaSiT: Heun
 ODE, 13 grid points; --dit-sampler / --sit-sampler change them), unguided and with --cfg-scale (not
-with --unguided-only), and `nala eval --fmnist` measures them (the test split's features once a call: --ref-cache); the
+with --unguided-only), and `nala eval --fmnist` measures them (the test split's features once a call and image size: --ref-cache); the
 results go to RUN/evals/STEP_unguided.json and STEP_cfg<scale>.json (written to a temporary name,
 then renamed: an interrupted eval leaves nothing half-written and is resumed by running it again).
 RUN may also be a run of scripts/official_fmnist.py (the official DiT / SiT trainers): its EMA

@@ -76,7 +76,7 @@ def test_hostile_inputs(tmp):
                                                "--device", "cpu"]),
         # (the test split's features cached after the first readable sample: it costs most of an evaluation)
         ("sample.npz", bad / "s.npz", lambda f: ["eval", "--fmnist", "--sample", f, "--classifier", tmp / "cls.safetensors", "--device", "cpu",
-                                               "--ref-cache", bad / "ref_cache.safetensors"]),
+                                               "--ref-cache", tmp / "refcache" / "ref.safetensors"]),
         ("config.json", tmp / "out" / "run" / "config.json", lambda f: ["train", "--preset", "fashion-mnist-tiny", "--batch", "16", "--steps", "1",
                                                                       "--sample-every", "0", "--device", "cpu", "--out", tmp / "out" / "run"]),
         ("image.png", tmp / "out" / "imgs" / "a" / "1.png", lambda f: ["extract-latents", "--data", tmp / "out" / "imgs", "--vae", vae,
@@ -90,7 +90,8 @@ def test_hostile_inputs(tmp):
               "fc1.weight": (256, 1024), "fc1.bias": (256,), "fc2.weight": (10, 256), "fc2.bias": (10,)}
     save_file({k: (rng.standard_normal(v) * 0.1).astype(np.float32) for k, v in shapes.items()}, str(tmp / "cls.safetensors"))
     (tmp / "out").mkdir()
-    before = tree_digest(tmp, [tmp / "out", bad])
+    (tmp / "refcache").mkdir()
+    before = tree_digest(tmp, [tmp / "out", bad, tmp / "refcache"])
     tried = crashed = 0
     failures = []
     for kind, path, cmd in cases:
@@ -114,7 +115,7 @@ def test_hostile_inputs(tmp):
                 if not ("error" in p.stderr and names_it):
                     failures.append(f"{kind} ({len(data)} bytes): exit {p.returncode} without naming {path}: {p.stderr[-400:]}")
     print(f"{tried} hostile inputs tried, {crashed} crashes")
-    assert tree_digest(tmp, [tmp / "out", bad]) == before, "a hostile input changed a file it did not own"
+    assert tree_digest(tmp, [tmp / "out", bad, tmp / "refcache"]) == before, "a hostile input changed a file it did not own"
     assert not failures, "\n".join(failures[:10])
 
 

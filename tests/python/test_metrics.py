@@ -310,7 +310,7 @@ def test_fmnist_eval_equals_an_independent_computation(tmp, size):
         tol = 1e-3 * abs(v) + 1e-6 if k in ("fd_fmnist", "is_fmnist") else 3 / 600
         assert abs(ours[k] - v) <= tol, (k, ours[k], v)
     if size == 128:
-        assert "another classifier or image size; recomputing" in proc.stderr, proc.stderr
+        assert "another classifier, image size, device or format; recomputing" in proc.stderr, proc.stderr
         check_ref_cache(tmp, cache, ours, fr)
 
 
@@ -353,3 +353,5 @@ def check_ref_cache(tmp, cache, ours, fr):
     assert (tmp / "cls.safetensors").read_bytes() == before
     p = run("nala", "eval", "--ref", tmp / "s.npz", "--sample", tmp / "s.npz", "--ref-cache", cache, check=False)
     assert p.returncode != 0 and "--ref-cache is for --fmnist evaluations only" in p.stderr, p.stderr
+    p = run(*args[:-1], tmp / "missing" / "c.safetensors", check=False)  # refused before any work
+    assert p.returncode != 0 and "--ref-cache" in p.stderr and "missing" in p.stderr and "does not exist" in p.stderr, p.stderr

@@ -1,5 +1,5 @@
-"""SIGKILL at random moments never loses or corrupts work: a training run killed 10 times (some of
-the kills while a checkpoint is being written) and rerun each time ends with weights, optimizer
+"""SIGKILL at random moments never loses or corrupts work: a training run killed up to 10 times (at
+least MIN_KILLS; some of the kills while a checkpoint is being written) and rerun each time ends with weights, optimizer
 state equal to an uninterrupted run's and a metrics log (and TensorBoard files) with every step once; the same for `nala sample --num-samples` (an
 identical .npz) and `nala extract-latents` (identical shards). Resumes with other settings are
 refused, naming the setting."""
