@@ -19,12 +19,12 @@
 namespace nala::bench {
 namespace {
 
-struct Shape {
+struct GridShape {
   int64_t B, grid;  // batch, square token grid side
 };
 
-std::vector<Shape> parse_grids(const std::string& s) {
-  std::vector<Shape> out;
+std::vector<GridShape> parse_grids(const std::string& s) {
+  std::vector<GridShape> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -58,9 +58,9 @@ int bench_tail(int argc, char** argv) {
   const int64_t H = a["heads"].as<int64_t>(), d = a["head-dim"].as<int64_t>(), D = H * d, ks = a["lepe"].as<int64_t>();
   if (ks < 0 || (ks > 0 && ks % 2 == 0)) throw std::runtime_error("--lepe must be 0 or odd, got " + std::to_string(ks));
   const int reps = a["reps"].as<int>();
-  const std::vector<Shape> shapes = a.count("shapes") ? parse_grids(a["shapes"].as<std::string>())
-                                    : dev.is_cuda() ? std::vector<Shape>{{256, 16}, {64, 32}, {16, 64}, {4, 128}}
-                                                    : std::vector<Shape>{{8, 16}, {2, 32}};
+  const std::vector<GridShape> shapes = a.count("shapes") ? parse_grids(a["shapes"].as<std::string>())
+                                    : dev.is_cuda() ? std::vector<GridShape>{{256, 16}, {64, 32}, {16, 64}, {4, 128}}
+                                                    : std::vector<GridShape>{{8, 16}, {2, 32}};
   // parameters in float32 under autocast (the trainer's master weights), else in the activations' dtype
   const auto act = torch::TensorOptions().device(dev).dtype(dt), par = torch::TensorOptions().device(dev).dtype(autocast ? at::kFloat : dt);
   std::printf("# nala bench tail  device: %s  dtype: %s%s  H=%ld d=%ld LePE %ld\n", device_name(dev).c_str(), dts.c_str(),
@@ -68,7 +68,7 @@ int bench_tail(int argc, char** argv) {
   std::printf("| path | B | tokens | fwd ms | fwd+bwd ms | fwd GB/s | fwd ÷ composition | fwd+bwd ÷ composition | peak MiB | rel. diff |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   int failed_rows = 0;
-  for (const Shape& s : shapes) {
+  for (const GridShape& s : shapes) {
     const int64_t N = s.grid * s.grid;
     torch::manual_seed(0);
     at::Tensor qkvg = torch::randn({s.B, N, 4, H, d}, act);               // (B, N, 4, H, d)

@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "attention/cuda/nala_params.h"
+#include "attention/cuda/tensor_strides.h"
 
 namespace nala::attention {
 
@@ -41,10 +42,6 @@ cuda::DType dtype_of(const at::Tensor& t) {
 
 // Unit stride along the head dim is required; anything else is copied once.
 at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
-
-void set_strides(int64_t (&dst)[3], const at::Tensor& t) {
-  for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
-}
 
 bool aligned16(const at::Tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;

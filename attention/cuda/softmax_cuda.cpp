@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "attention/cuda/softmax_fwd.h"
+#include "attention/cuda/tensor_strides.h"
 
 namespace nala::attention {
 namespace {
@@ -33,10 +34,6 @@ int forward_warps() {
     g_forward_warps = w;
   }
   return w;
-}
-
-void set_strides(int64_t (&dst)[3], const at::Tensor& t) {
-  for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
 }
 
 }  // namespace

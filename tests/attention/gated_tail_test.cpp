@@ -13,6 +13,7 @@
 
 #include "attention/gated_tail.h"
 #include "ops/fused_ops.h"
+#include "rel_error.h"
 
 using namespace nala::attention;
 
@@ -52,9 +53,7 @@ Result run(bool fused, const Inputs& in0, int64_t gh, int64_t gw, const at::Tens
   return {y.detach(), in.qkvg.grad(), in.o.grad(), grad(in.lepe_w), grad(in.lepe_b), in.norm_w.grad(), in.norm_b.grad()};
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / std::max(b.to(at::kDouble).norm().item<double>(), 1e-300);
-}
+using nala::test::rel;
 
 void expect_close(const Result& a, const Result& b, double tol, const std::string& what) {
   const at::Tensor* x[] = {&a.y, &a.dqkvg, &a.do_, &a.dlw, &a.dlb, &a.dnw, &a.dnb};

@@ -10,14 +10,13 @@
 #include <torch/torch.h>
 
 #include "metrics/inception.h"
+#include "rel_error.h"
 
 using namespace nala;
 
 namespace {
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return ((a.to(at::kDouble) - b.to(at::kDouble)).norm() / b.to(at::kDouble).norm()).item<double>();
-}
+using nala::test::rel;
 
 }  // namespace
 

@@ -11,12 +11,13 @@
 
 #include "ops/fused_ops.h"
 #include "ops/linear_gelu.h"
+#include "rel_error.h"
 
 using namespace nala::ops;
 
 namespace {
 
-double rel(const at::Tensor& a, const at::Tensor& b) { return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-300); }
+using nala::test::rel;
 
 at::Tensor gelu_tanh_formula(const at::Tensor& y) {
   const double c = std::sqrt(2.0 / M_PI);

@@ -8,12 +8,13 @@
 
 #include "ops/fused_ops.h"
 #include "ops/mlp.h"
+#include "rel_error.h"
 
 using namespace nala::ops;
 
 namespace {
 
-double rel(const at::Tensor& a, const at::Tensor& b) { return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-300); }
+using nala::test::rel;
 
 }  // namespace
 
