@@ -1,5 +1,9 @@
 #include "attention/cuda/gated_tail_cuda.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -30,6 +34,18 @@ void check_parameter(const at::Tensor& t, const at::Tensor& like, const char* na
   TORCH_CHECK(t.device() == like.device(), "gated_tail: ", name, " is on ", t.device(), ", the activations on ", like.device());
 }
 
+std::atomic<int> g_lepe_staged{-1};  // kStage* bits; −1: not read from NALA_LEPE_STAGED yet
+
+int lepe_staged() {
+  int s = g_lepe_staged.load();
+  if (s < 0) {
+    const char* v = std::getenv("NALA_LEPE_STAGED");
+    s = lepe_staging_of(v ? v : "");
+    g_lepe_staged = s;
+  }
+  return s;
+}
+
 // sizes from v (B, N, D) and the head count; o's pointer is the forward's to set
 GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t heads, int64_t grid_h, int64_t grid_w) {
   GatedTailParams p;
@@ -48,12 +64,28 @@ GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Te
   p.g = g.data_ptr();
   p.g_stride[0] = g.stride(0), p.g_stride[1] = g.stride(1);
   p.sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  p.lepe_staged = lepe_staged();
   return p;
 }
 
 void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 
 }  // namespace
+
+int lepe_staging_of(const std::string& v) {
+  if (v.empty() || v == "0" || v == "off") return 0;
+  if (v == "residual") return kStageResidual;
+  if (v == "du") return kStageDu;
+  if (v == "du1") return kStageDu | kStageOneBuffer;
+  if (v == "1" || v == "both") return kStageResidual | kStageDu;
+  if (v == "both1") return kStageResidual | kStageDu | kStageOneBuffer;
+  TORCH_CHECK(false, "NALA_LEPE_STAGED='", v, "' is not one of 0, off, residual, du, du1, both, both1, 1");
+}
+
+void set_lepe_staged(int bits) {
+  TORCH_CHECK(bits >= 0 && bits <= (kStageResidual | kStageDu | kStageOneBuffer), "set_lepe_staged: bits ", bits, " (0 to 7)");
+  g_lepe_staged = bits;
+}
 
 bool gated_tail_supported(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, at::ScalarType out_dtype) {
   if (!o.is_cuda() || o.dim() != 4 || v.dim() != 3 || g.dim() != 3 || o.numel() == 0) return false;

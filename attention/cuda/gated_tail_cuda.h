@@ -3,9 +3,19 @@
 // on the current stream. attention/gated_tail.cpp calls them where gated_tail_supported says the
 // kernels take the tensors, and runs the ATen formulas otherwise.
 #pragma once
+#include <string>
+
 #include <ATen/core/Tensor.h>
 
 namespace nala::attention::cuda {
+
+// Which LePE kernels stage their second input in shared memory with the window (gated_tail_kernels.h
+// kStage*: 1 the forward convolution's residual o, 2 the weight gradient's du, 4 the weight gradient
+// with one buffer a block). NALA_LEPE_STAGED sets it at the first call: 0 / off (the default),
+// residual, du, du1 (one buffer), both / 1, both1; any other value is an error naming it.
+// set_lepe_staged overrides it (the tests run the variants).
+int lepe_staging_of(const std::string& value);
+void set_lepe_staged(int bits);
 
 // o (B, H, N, d); v, g (B, N, D) with unit channel stride; bf16 or float32, all one dtype, which
 // is also the result's; LePE kernel size 0 (lepe_w undefined), 3, 5 or 7; d % 4 == 0, D ≤ 1536.

@@ -9,6 +9,8 @@
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
 //   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv, sums per block in warp order
 // No atomics: every sum runs in a fixed order, so results are bitwise repeatable.
+// With p.lepe_staged the forward's lepe_conv and lepe_wgrad also stage their tile's second input
+// (the residual o; du) in shared memory with the window, instead of a 4-byte global load a position.
 #include "attention/cuda/gated_tail_kernels.h"
 
 #include <cuda_runtime.h>
@@ -65,6 +67,7 @@ struct TileRows {  // output rows a block: as many as let one window fit 48 KB o
   static constexpr int rows = (8 + halo) * bytes_per_row <= 48 * 1024 ? 8 : (4 + halo) * bytes_per_row <= 48 * 1024 ? 4 : 2;
   static constexpr int window_rows = rows + halo;
   static constexpr int elems = window_rows * cols * 32;  // PairT<T> values of one window
+  static constexpr int side_elems = rows * kStrip * 32;   // PairT<T> values of a staged tile side input
 };
 int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p.grid_h, rows) * ceil_div(p.grid_w, kStrip); }
 // Blocks along the tiles. The convolution gives every tile its own block (up to the grid's y limit;
@@ -123,11 +126,21 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
+// A tile's second input, read at the tile's own positions (no halo): lepe_conv's residual o,
+// lepe_wgrad's du. base is the lane's channel pair (lane_base); null: none, or not staged.
+template <typename T>
+struct TileSide {
+  const T* base = nullptr;
+  int64_t sb = 0, sn = 0;
+};
+
 // Issues the copies of the lane's channel pair of the window around tile s into shared memory
-// (window[row][col][lane]), zeros outside the grid or past D, as one cp.async group.
+// (window[row][col][lane]), zeros outside the grid or past D, as one cp.async group. With a side
+// input, the same group also copies its ROWS × kStrip positions of tile s to
+// window + TileRows::elems (side[row][col][lane], zeros outside the grid or past D).
 template <typename T, int KS, int ROWS>
 __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, const TilePos& s,
-                                             PairT<T>* window) {
+                                             PairT<T>* window, const TileSide<T>& side) {
   constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = TileRows<T, KS>::window_rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int pos = warp; pos < WROWS * COLS; pos += kWarps) {
@@ -137,26 +150,38 @@ __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* 
     const T* src = valid ? in + s.b * sb + (int64_t(yy) * p.grid_w + xx) * sn : in;
     cp_async<int(sizeof(PairT<T>))>(window + pos * 32 + lane, src, valid);
   }
+  if (side.base) {
+    PairT<T>* tile = window + TileRows<T, KS>::elems;
+    for (int pos = warp; pos < ROWS * kStrip; pos += kWarps) {
+      const int r = pos / kStrip, col = pos - r * kStrip;
+      const int yy = s.y0 + r, xx = s.x0 + col;
+      const bool valid = active && yy < p.grid_h && xx < p.grid_w;
+      const T* src = valid ? side.base + s.b * side.sb + (int64_t(yy) * p.grid_w + xx) * side.sn : side.base;
+      cp_async<int(sizeof(PairT<T>))>(tile + pos * 32 + lane, src, valid);
+    }
+  }
   cp_async_commit();
 }
 
 // Walks the block's tiles (blockIdx.y, + gridDim.y, ...) and calls body(tile, window) with the
-// tile's input window staged and visible to the whole block. With two buffers (buffers == 2) the
-// next tile's copies run while body works on this one. Ends with a block barrier after the last
-// body, so the caller may reuse the window memory.
+// tile's input window (and its side input's tile, at window + TileRows::elems, where side.base is
+// set) staged and visible to the whole block. With two buffers (buffers == 2) the next tile's
+// copies run while body works on this one. Ends with a block barrier after the last body, so the
+// caller may reuse the window memory.
 template <typename T, int KS, int ROWS, typename Body>
 __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, int buffers,
-                                              PairT<T>* window, Body&& body) {
+                                              PairT<T>* window, const TileSide<T>& side, Body&& body) {
   const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
-  const int stride = buffers == 2 ? TileRows<T, KS>::elems : 0;  // buffer 1 − cur at window + (1 − cur)·stride
+  // buffer 1 − cur at window + (1 − cur)·stride
+  const int stride = buffers == 2 ? TileRows<T, KS>::elems + (side.base ? TileRows<T, KS>::side_elems : 0) : 0;
   int cur = 0;
   int64_t ti = blockIdx.y;
-  if (ti < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window);
+  if (ti < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window, side);
   for (; ti < tiles; ti += gridDim.y) {
     const int64_t next = ti + gridDim.y;
     const bool ahead = buffers == 2 && next < tiles;
     if (ahead) {
-      stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride);
+      stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride, side);
       cp_async_wait<1>();  // this tile's group is done, the next one's may run on
     } else {
       cp_async_wait<0>();
@@ -165,7 +190,7 @@ __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T*
     body(tile_pos(p, ti, ROWS), static_cast<const PairT<T>*>(window + cur * stride));
     __syncthreads();  // the window is read before it is refilled
     if (buffers == 2) cur ^= 1;
-    else if (next < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window);
+    else if (next < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window, side);
   }
 }
 
@@ -193,8 +218,10 @@ __device__ __forceinline__ void for_each_tap(const PairT<T>* window, int r, F&& 
 
 // out = conv(in; wt) (+ bias) (+ res): the forward's u = o + LePE(v) + b, and the backward's
 // dv = conv(du; flipped taps) (the transposed convolution). wt (ks·ks, D) tap-major. Blocks loop
-// over tiles (gridDim.y of them at a time).
-template <typename T, int KS>
+// over tiles (gridDim.y of them at a time). STAGED (KS > 0 and res given): res's tile is copied
+// to shared memory with the window; else each output loads its residual from global memory just
+// before its store (a memory round trip an output: `out` may alias `res` for all the compiler knows).
+template <typename T, int KS, bool STAGED>
 __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p, const Strided in, const float* __restrict__ wt,
                                                          const float* __restrict__ bias, const Strided res, T* __restrict__ out, int buffers) {
   constexpr int TAPS = KS * KS > 0 ? KS * KS : 1, ROWS = TileRows<T, KS>::rows;
@@ -213,6 +240,8 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
   const int ch = active ? c : 0;  // a valid channel for the base pointers of inactive lanes
   const T* ib = lane_base<T>(in, ch, p.d);
   const T* rb = res.p ? lane_base<T>(res, ch, p.d) : nullptr;
+  TileSide<T> side;
+  if (STAGED) side = {rb, res.sb, res.sn};
   // a tile's rows: out = Σ taps (from the window) + bias + res
   auto rows_of = [&](const TilePos& s, const PairT<T>* win) {
     for (int r = warp; r < ROWS; r += kWarps) {
@@ -231,13 +260,17 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
       for (int xo = 0; xo < kStrip; ++xo) {
         if (s.x0 + xo >= p.grid_w) break;
         float2 rv = make_float2(0.0f, 0.0f);
-        if (rb) rv = load2(rb + s.b * res.sb + (n0 + xo) * res.sn);
+        if constexpr (STAGED) {
+          if (rb) rv = ChannelPair<T>::to_float2(win[TileRows<T, KS>::elems + (r * kStrip + xo) * 32 + lane]);
+        } else if (rb) {
+          rv = load2(rb + s.b * res.sb + (n0 + xo) * res.sn);
+        }
         store2(out + (s.b * p.N + n0 + xo) * p.D + c, make_float2(a0[xo] + rv.x, a1[xo] + rv.y));
       }
     }
   };
   if constexpr (KS > 0) {
-    for_each_tile<T, KS, ROWS>(p, ib, in.sb, in.sn, active, buffers, window, rows_of);
+    for_each_tile<T, KS, ROWS>(p, ib, in.sb, in.sn, active, buffers, window, side, rows_of);
   } else {  // no convolution: u = o + b, no window
     const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
     for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) rows_of(tile_pos(p, ti, ROWS), window);
@@ -379,8 +412,9 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
 // ---- LePE weight gradient: dw_t = Σ_p du(p)·v(p + off_t), db = Σ_p du(p), off_t = (i − R, j − R)
 // for tap t = i·KS + j: the window of v around a tile in shared memory (as lepe_conv), a row's
 // kStrip du values in registers, the forward's (tap, output) pairs. Sums per lane over the block's
-// tiles and rows, then per block in warp order.
-template <typename T, int KS>
+// tiles and rows, then per block in warp order. STAGED: du's tile copied to shared memory with the
+// window (double-buffered with it); else loaded from global memory at each row's start.
+template <typename T, int KS, bool STAGED>
 __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part,
                                                           int buffers) {
   constexpr int TAPS = KS * KS, ROWS = TileRows<T, KS>::rows;
@@ -395,7 +429,9 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
   for (int t = 0; t <= TAPS; ++t) a0[t] = 0, a1[t] = 0;
   const T* gb = lane_base<T>(du, ch, p.d);
   const T* vb = lane_base<T>(v, ch, p.d);
-  for_each_tile<T, KS, ROWS>(p, vb, v.sb, v.sn, active, buffers, window, [&](const TilePos& s, const PairT<T>* win) {
+  TileSide<T> side;
+  if (STAGED) side = {gb, du.sb, du.sn};
+  for_each_tile<T, KS, ROWS>(p, vb, v.sb, v.sn, active, buffers, window, side, [&](const TilePos& s, const PairT<T>* win) {
     for (int r = warp; r < ROWS; r += kWarps) {
       const int y = s.y0 + r;
       if (y >= p.grid_h || !active) continue;
@@ -404,7 +440,11 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
 #pragma unroll
       for (int xo = 0; xo < kStrip; ++xo) {
         g0[xo] = 0, g1[xo] = 0;
-        if (s.x0 + xo < p.grid_w) {
+        if constexpr (STAGED) {  // zeros past the grid's edge
+          const float2 val = ChannelPair<T>::to_float2(win[TileRows<T, KS>::elems + (r * kStrip + xo) * 32 + lane]);
+          g0[xo] = val.x, g1[xo] = val.y;
+          a0[TAPS] += val.x, a1[TAPS] += val.y;
+        } else if (s.x0 + xo < p.grid_w) {
           const float2 val = load2(gb + s.b * du.sb + (n0 + xo) * du.sn);
           g0[xo] = val.x, g1[xo] = val.y;
           a0[TAPS] += val.x, a1[TAPS] += val.y;
@@ -480,12 +520,14 @@ Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.
 
 // Launches a LePE kernel over its tiles with the windows' dynamic shared memory (opted in above
 // 48 KB): one window when every block has one tile, two (the next one copied in while this one is
-// computed) when blocks walk several.
+// computed) when blocks walk several; each with its side input's tile where the kernel stages one.
 template <typename T, int KS, typename Kernel, typename... Args>
-void launch_lepe(Kernel kernel, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
+void launch_lepe(Kernel kernel, bool staged_side, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
   const int64_t tiles = p.B * tiles_per_sample(p, TileRows<T, KS>::rows);
-  const int buffers = tiles > int64_t(grid.y) ? 2 : 1;
-  const size_t smem = KS > 0 ? size_t(buffers) * TileRows<T, KS>::elems * sizeof(PairT<T>) : 0;
+  const bool one_buffer = staged_side && (p.lepe_staged & kStageOneBuffer);
+  const int buffers = tiles > int64_t(grid.y) && !one_buffer ? 2 : 1;
+  const size_t per_buffer = TileRows<T, KS>::elems + (staged_side ? TileRows<T, KS>::side_elems : 0);
+  const size_t smem = KS > 0 ? size_t(buffers) * per_buffer * sizeof(PairT<T>) : 0;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers);
 }
@@ -495,7 +537,15 @@ void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, floa
   with_ks(p.ks, true, [&](auto ks) {
     constexpr int K = ks();
     const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv)));
-    launch_lepe<T, K>(lepe_conv<T, K>, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+    auto conv = [&](auto kernel, bool staged) {
+      launch_lepe<T, K>(kernel, staged, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+    };
+    if constexpr (K > 0) {
+      if (p.lepe_staged & kStageResidual) conv(lepe_conv<T, K, true>, true);
+      else conv(lepe_conv<T, K, false>, false);
+    } else {
+      conv(lepe_conv<T, K, false>, false);
+    }
   });
   check_launch("lepe_conv");
   const unsigned blocks = unsigned(ceil_div(p.B * p.N, kWarps));
@@ -521,11 +571,14 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
     if constexpr (K > 0) {
       const unsigned chunks = unsigned(ceil_div(p.D, kChunkChannels));
       // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
-      launch_lepe<T, K>(lepe_conv<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st, p, du_of(p, du),
-                        p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
+      launch_lepe<T, K>(lepe_conv<T, K, false>, false, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st, p,
+                        du_of(p, du), p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
       check_launch("lepe_conv (backward)");
-      launch_lepe<T, K>(lepe_wgrad<T, K>, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad))), st, p, du_of(p, du), v_of(p),
-                        lepe_part);
+      const dim3 wgrid(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad)));
+      if (p.lepe_staged & kStageDu)
+        launch_lepe<T, K>(lepe_wgrad<T, K, true>, true, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
+      else
+        launch_lepe<T, K>(lepe_wgrad<T, K, false>, false, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
       check_launch("lepe_wgrad");
     }
   });

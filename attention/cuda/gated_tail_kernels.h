@@ -32,7 +32,15 @@ struct GatedTailParams {
   const float* norm_w = nullptr;
   const float* norm_b = nullptr;
   int sms = 132;  // multiprocessors: sets the grids' token chunks
+  int lepe_staged = 0;  // kStage* bits: second inputs staged in shared memory with LePE's windows
 };
+
+// GatedTailParams::lepe_staged: the forward lepe_conv's residual o (kStageResidual) and lepe_wgrad's
+// du (kStageDu) copied to shared memory with the tile's window (cp.async, one group) instead of a
+// 4-byte global load a position where it is used; kStageOneBuffer: lepe_wgrad then walks its tiles with
+// one window (and du tile) a block, not two (more blocks fit an SM's shared memory). Results are equal
+// either way (the same sums in the same order).
+constexpr int kStageResidual = 1, kStageDu = 2, kStageOneBuffer = 4;
 
 // Token chunks of the two reducing backward kernels (their partial sums' first dimension).
 int ln_gate_backward_chunks(const GatedTailParams& p);

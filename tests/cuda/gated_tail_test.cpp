@@ -3,10 +3,12 @@
 // composition on the GPU in the same dtypes (bf16 under autocast, as the model runs): fp32 within
 // 1e-5 relative; bf16 within 2× the composition's own error plus one bf16 rounding. Forward and
 // every gradient (o, the qkvg projection through v and g, LePE weight and bias, LayerNorm weight and
-// bias), LePE 0 / 3 / 5 / 7, square and non-square grids, D up to 1536, bitwise repeatable.
+// bias), LePE 0 / 3 / 5 / 7, square and non-square grids, D up to 1536, bitwise repeatable; with
+// the LePE kernels' second inputs staged in shared memory (set_lepe_staged) bitwise equal to without.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "cuda_test_util.h"
 
 #include "attention/cuda/gated_tail_cuda.h"
+#include "attention/cuda/gated_tail_kernels.h"
 #include "ops/fused_ops.h"
 #include "attention/blocks.h"
 #include "attention/gated_tail.h"
@@ -65,7 +68,9 @@ class GatedTailKernels : public ::testing::Test {
   void SetUp() override {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
     set_fused_block_ops(true);
+    cuda::set_lepe_staged(0);
   }
+  void TearDown() override { cuda::set_lepe_staged(cuda::lepe_staging_of(std::getenv("NALA_LEPE_STAGED") ? std::getenv("NALA_LEPE_STAGED") : "")); }
 };
 
 struct Case {
@@ -97,11 +102,18 @@ void check_cases(const std::vector<Case>& cases) {
       Result t = run(false, in_t, c.gh, c.gw, w.to(at::kDouble).cpu(), false);
       Result f = run(true, in, c.gh, c.gw, w, bf16), p = run(false, in, c.gh, c.gw, w, bf16);
       Result f2 = run(true, in, c.gh, c.gw, w, bf16);
+      cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu);
+      Result fst = run(true, in, c.gh, c.gw, w, bf16);
+      cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
+      Result fst1 = run(true, in, c.gh, c.gw, w, bf16);
+      cuda::set_lepe_staged(0);
       char what[128];
       std::snprintf(what, sizeof what, "B%lld H%lld d%lld grid %lldx%lld ks%lld %s", (long long)c.B, (long long)c.H, (long long)c.d,
                     (long long)c.gh, (long long)c.gw, (long long)c.ks, bf16 ? "bf16 autocast" : "fp32");
       const at::Tensor* fs[] = {&f.y, &f.dqkvg, &f.do_, &f.dlw, &f.dlb, &f.dnw, &f.dnb};
       const at::Tensor* f2s[] = {&f2.y, &f2.dqkvg, &f2.do_, &f2.dlw, &f2.dlb, &f2.dnw, &f2.dnb};
+      const at::Tensor* fsts[] = {&fst.y, &fst.dqkvg, &fst.do_, &fst.dlw, &fst.dlb, &fst.dnw, &fst.dnb};
+      const at::Tensor* fst1s[] = {&fst1.y, &fst1.dqkvg, &fst1.do_, &fst1.dlw, &fst1.dlb, &fst1.dnw, &fst1.dnb};
       const at::Tensor* ps[] = {&p.y, &p.dqkvg, &p.do_, &p.dlw, &p.dlb, &p.dnw, &p.dnb};
       const at::Tensor* ts[] = {&t.y, &t.dqkvg, &t.do_, &t.dlw, &t.dlb, &t.dnw, &t.dnb};
       const char* names[] = {"y", "d qkvg", "d o", "d lepe.w", "d lepe.b", "d norm.w", "d norm.b"};
@@ -110,6 +122,8 @@ void check_cases(const std::vector<Case>& cases) {
         if (!fs[i]->defined()) continue;
         ASSERT_EQ(fs[i]->sizes(), ts[i]->sizes()) << what << " " << names[i];
         EXPECT_TRUE(at::equal(*fs[i], *f2s[i])) << what << " " << names[i] << ": not bitwise repeatable";
+        EXPECT_TRUE(at::equal(*fs[i], *fsts[i])) << what << " " << names[i] << ": staged (NALA_LEPE_STAGED=both) differs from unstaged";
+        EXPECT_TRUE(at::equal(*fs[i], *fst1s[i])) << what << " " << names[i] << ": staged, one buffer (both1) differs from unstaged";
         const double ef = rel(*fs[i], *ts[i]), ep = rel(*ps[i], *ts[i]);
         std::printf("  %-42s %-9s fused err %.2e  composition err %.2e\n", what, names[i], ef, ep);
         if (!bf16) EXPECT_LT(ef, 1e-5) << what << " " << names[i];
@@ -137,6 +151,22 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
   // 192 (bf16, 8-row tiles) or 384 (fp32, 4-row) tiles here; lepe_conv at most 65,535, fewer
   // than the 65,600 one-token samples here.
   check_cases({{96, 6, 64, 16, 16, 5}, {65600, 1, 4, 1, 1, 7}});
+}
+
+// NALA_LEPE_STAGED's values, and an error naming a wrong one
+TEST(GatedTailStaging, Values) {
+  EXPECT_EQ(cuda::lepe_staging_of(""), 0);
+  EXPECT_EQ(cuda::lepe_staging_of("off"), 0);
+  EXPECT_EQ(cuda::lepe_staging_of("residual"), cuda::kStageResidual);
+  EXPECT_EQ(cuda::lepe_staging_of("du"), cuda::kStageDu);
+  EXPECT_EQ(cuda::lepe_staging_of("both"), cuda::kStageResidual | cuda::kStageDu);
+  EXPECT_EQ(cuda::lepe_staging_of("both1"), cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
+  try {
+    cuda::lepe_staging_of("yes");
+    ADD_FAILURE() << "'yes' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_STAGED='yes'"), std::string::npos) << e.what();
+  }
 }
 
 // The whole NaLaDiT-S/2 step on CUDA, fused (this tail included) vs NALA_FUSED_BLOCKS=0, is
