@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -46,6 +47,18 @@ int lepe_staged() {
   return s;
 }
 
+std::atomic<int> g_ln_bwd_blocks{0};  // ln_gate_bwd blocks an SM; 0: not read from NALA_LN_GATE_BWD_BLOCKS yet
+
+int ln_bwd_blocks() {
+  int n = g_ln_bwd_blocks.load();
+  if (n == 0) {
+    const char* v = std::getenv("NALA_LN_GATE_BWD_BLOCKS");
+    n = ln_gate_bwd_blocks_of(v ? v : "");
+    g_ln_bwd_blocks = n;
+  }
+  return n;
+}
+
 // sizes from v (B, N, D) and the head count; o's pointer is the forward's to set
 GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t heads, int64_t grid_h, int64_t grid_w) {
   GatedTailParams p;
@@ -65,6 +78,7 @@ GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Te
   p.g_stride[0] = g.stride(0), p.g_stride[1] = g.stride(1);
   p.sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   p.lepe_staged = lepe_staged();
+  p.ln_bwd_blocks_per_sm = ln_bwd_blocks();
   return p;
 }
 
@@ -85,6 +99,25 @@ int lepe_staging_of(const std::string& v) {
 void set_lepe_staged(int bits) {
   TORCH_CHECK(bits >= 0 && bits <= (kStageResidual | kStageDu | kStageOneBuffer), "set_lepe_staged: bits ", bits, " (0 to 7)");
   g_lepe_staged = bits;
+}
+
+int ln_gate_bwd_blocks_of(const std::string& v) {
+  if (v.empty()) return 4;
+  int n = 0;
+  try {
+    size_t used = 0;
+    n = std::stoi(v, &used);
+    if (used != v.size()) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  TORCH_CHECK(n >= 1 && n <= 16, "NALA_LN_GATE_BWD_BLOCKS='", v, "' is not a whole number of blocks an SM from 1 to 16");
+  return n;
+}
+
+void set_ln_gate_bwd_blocks(int blocks_per_sm) {
+  TORCH_CHECK(blocks_per_sm >= 1 && blocks_per_sm <= 16, "set_ln_gate_bwd_blocks: ", blocks_per_sm, " blocks an SM (1 to 16)");
+  g_ln_bwd_blocks = blocks_per_sm;
 }
 
 bool gated_tail_supported(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, at::ScalarType out_dtype) {

@@ -17,6 +17,13 @@ namespace nala::attention::cuda {
 int lepe_staging_of(const std::string& value);
 void set_lepe_staged(int bits);
 
+// Blocks an SM the backward's LayerNorm-gate kernel (ln_gate_bwd) is launched with, each summing
+// the norm's parameter gradients over its tokens: 4 by default (16 warps an SM), NALA_LN_GATE_BWD_BLOCKS
+// 1–16 at the first call (more warps to hide its loads' latency, more partial sums to add); any other
+// value is an error naming it. The sums' order changes with it, so results change within rounding.
+int ln_gate_bwd_blocks_of(const std::string& value);
+void set_ln_gate_bwd_blocks(int blocks_per_sm);
+
 // o (B, H, N, d); v, g (B, N, D) with unit channel stride; bf16 or float32, all one dtype, which
 // is also the result's; LePE kernel size 0 (lepe_w undefined), 3, 5 or 7; d % 4 == 0, D ≤ 1536.
 bool gated_tail_supported(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, at::ScalarType out_dtype);

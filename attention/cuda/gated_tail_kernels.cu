@@ -82,8 +82,10 @@ int64_t lepe_blocks(const GatedTailParams& p, int rows, LepeKernel k) {
   const int64_t cap = k == LepeKernel::conv ? 65535 : std::max<int64_t>(1, ceil_div(8 * p.sms, chunks));
   return std::max<int64_t>(1, std::min<int64_t>(tiles, cap));
 }
-// Rows (tokens) a ln_gate_bwd block walks: about 4 blocks an SM.
-int64_t ln_rows_per_block(const GatedTailParams& p) { return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, 4 * p.sms)); }
+// Rows (tokens) a ln_gate_bwd block walks: about p.ln_bwd_blocks_per_sm blocks an SM (4 by default).
+int64_t ln_rows_per_block(const GatedTailParams& p) {
+  return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, int64_t(std::max(1, p.ln_bwd_blocks_per_sm)) * p.sms));
+}
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 

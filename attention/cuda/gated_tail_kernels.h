@@ -33,6 +33,7 @@ struct GatedTailParams {
   const float* norm_b = nullptr;
   int sms = 132;  // multiprocessors: sets the grids' token chunks
   int lepe_staged = 0;  // kStage* bits: second inputs staged in shared memory with LePE's windows
+  int ln_bwd_blocks_per_sm = 4;  // ln_gate_bwd's grid: about this many blocks an SM
 };
 
 // GatedTailParams::lepe_staged: the forward lepe_conv's residual o (kStageResidual) and lepe_wgrad's

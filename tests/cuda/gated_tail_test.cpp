@@ -4,7 +4,8 @@
 // 1e-5 relative; bf16 within 2× the composition's own error plus one bf16 rounding. Forward and
 // every gradient (o, the qkvg projection through v and g, LePE weight and bias, LayerNorm weight and
 // bias), LePE 0 / 3 / 5 / 7, square and non-square grids, D up to 1536, bitwise repeatable; with
-// the LePE kernels' second inputs staged in shared memory (set_lepe_staged) bitwise equal to without.
+// the LePE kernels' second inputs staged in shared memory (set_lepe_staged) bitwise equal to without;
+// with ln_gate_bwd on 8 blocks an SM (set_ln_gate_bwd_blocks) within the same bounds.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -69,8 +70,13 @@ class GatedTailKernels : public ::testing::Test {
     if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
     set_fused_block_ops(true);
     cuda::set_lepe_staged(0);
+    cuda::set_ln_gate_bwd_blocks(4);
   }
-  void TearDown() override { cuda::set_lepe_staged(cuda::lepe_staging_of(std::getenv("NALA_LEPE_STAGED") ? std::getenv("NALA_LEPE_STAGED") : "")); }
+  void TearDown() override {  // back to what the environment says
+    auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
+    cuda::set_lepe_staged(cuda::lepe_staging_of(env("NALA_LEPE_STAGED")));
+    cuda::set_ln_gate_bwd_blocks(cuda::ln_gate_bwd_blocks_of(env("NALA_LN_GATE_BWD_BLOCKS")));
+  }
 };
 
 struct Case {
@@ -107,6 +113,9 @@ void check_cases(const std::vector<Case>& cases) {
       cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
       Result fst1 = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(0);
+      cuda::set_ln_gate_bwd_blocks(8);
+      Result f8 = run(true, in, c.gh, c.gw, w, bf16);
+      cuda::set_ln_gate_bwd_blocks(4);
       char what[128];
       std::snprintf(what, sizeof what, "B%lld H%lld d%lld grid %lldx%lld ks%lld %s", (long long)c.B, (long long)c.H, (long long)c.d,
                     (long long)c.gh, (long long)c.gw, (long long)c.ks, bf16 ? "bf16 autocast" : "fp32");
@@ -114,6 +123,7 @@ void check_cases(const std::vector<Case>& cases) {
       const at::Tensor* f2s[] = {&f2.y, &f2.dqkvg, &f2.do_, &f2.dlw, &f2.dlb, &f2.dnw, &f2.dnb};
       const at::Tensor* fsts[] = {&fst.y, &fst.dqkvg, &fst.do_, &fst.dlw, &fst.dlb, &fst.dnw, &fst.dnb};
       const at::Tensor* fst1s[] = {&fst1.y, &fst1.dqkvg, &fst1.do_, &fst1.dlw, &fst1.dlb, &fst1.dnw, &fst1.dnb};
+      const at::Tensor* f8s[] = {&f8.y, &f8.dqkvg, &f8.do_, &f8.dlw, &f8.dlb, &f8.dnw, &f8.dnb};
       const at::Tensor* ps[] = {&p.y, &p.dqkvg, &p.do_, &p.dlw, &p.dlb, &p.dnw, &p.dnb};
       const at::Tensor* ts[] = {&t.y, &t.dqkvg, &t.do_, &t.dlw, &t.dlb, &t.dnw, &t.dnb};
       const char* names[] = {"y", "d qkvg", "d o", "d lepe.w", "d lepe.b", "d norm.w", "d norm.b"};
@@ -128,6 +138,9 @@ void check_cases(const std::vector<Case>& cases) {
         std::printf("  %-42s %-9s fused err %.2e  composition err %.2e\n", what, names[i], ef, ep);
         if (!bf16) EXPECT_LT(ef, 1e-5) << what << " " << names[i];
         else EXPECT_LE(ef, 2 * ep + 4e-3) << what << " " << names[i];
+        const double e8 = rel(*f8s[i], *ts[i]);  // ln_gate_bwd on 8 blocks an SM: other partial sums, same bounds
+        if (!bf16) EXPECT_LT(e8, 1e-5) << what << " " << names[i] << " (8 ln_gate_bwd blocks an SM)";
+        else EXPECT_LE(e8, 2 * ep + 4e-3) << what << " " << names[i] << " (8 ln_gate_bwd blocks an SM)";
       }
       if (bf16) EXPECT_EQ(f.y.scalar_type(), at::kBFloat16);  // what the projection reads under autocast
     }
@@ -153,14 +166,24 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
   check_cases({{96, 6, 64, 16, 16, 5}, {65600, 1, 4, 1, 1, 7}});
 }
 
-// NALA_LEPE_STAGED's values, and an error naming a wrong one
-TEST(GatedTailStaging, Values) {
+// NALA_LEPE_STAGED's and NALA_LN_GATE_BWD_BLOCKS's values, and an error naming a wrong one
+TEST(GatedTailSwitches, Values) {
   EXPECT_EQ(cuda::lepe_staging_of(""), 0);
   EXPECT_EQ(cuda::lepe_staging_of("off"), 0);
   EXPECT_EQ(cuda::lepe_staging_of("residual"), cuda::kStageResidual);
   EXPECT_EQ(cuda::lepe_staging_of("du"), cuda::kStageDu);
   EXPECT_EQ(cuda::lepe_staging_of("both"), cuda::kStageResidual | cuda::kStageDu);
   EXPECT_EQ(cuda::lepe_staging_of("both1"), cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
+  EXPECT_EQ(cuda::ln_gate_bwd_blocks_of(""), 4);
+  EXPECT_EQ(cuda::ln_gate_bwd_blocks_of("8"), 8);
+  for (const char* bad : {"0", "17", "8x", "many"}) {
+    try {
+      cuda::ln_gate_bwd_blocks_of(bad);
+      ADD_FAILURE() << "'" << bad << "' accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("NALA_LN_GATE_BWD_BLOCKS='") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
   try {
     cuda::lepe_staging_of("yes");
     ADD_FAILURE() << "'yes' accepted";
