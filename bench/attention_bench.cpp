@@ -132,6 +132,7 @@ int bench_attention(int argc, char** argv) {
 #endif
           ++failed_rows;
           std::printf("| %s | %ld | %ld | %ld | failed: %.60s |\n", p.name, s.B, s.N, d, e.what());
+          std::fprintf(stderr, "nala bench attention: %s B %ld N %ld d %ld failed: %s\n", p.name, s.B, s.N, d, e.what());  // the whole message
           continue;
         }
 #ifdef NALA_WITH_CUDA

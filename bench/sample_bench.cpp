@@ -101,6 +101,7 @@ int bench_sample(int argc, char** argv) {
         } catch (const std::exception& e) {
           ++failed_rows;
           std::printf("| %s | %s | failed: %.80s |\n", row.c_str(), dts.c_str(), e.what());
+          std::fprintf(stderr, "nala bench sample: %s %s failed: %s\n", row.c_str(), dts.c_str(), e.what());  // the whole message
         }
         std::fflush(stdout);
       }

@@ -105,6 +105,7 @@ int bench_tail(int argc, char** argv) {
       } catch (const std::exception& e) {
         ++failed_rows;
         std::printf("| %s | %ld | %ld | failed: %.60s |\n", p.name, s.B, N, e.what());
+        std::fprintf(stderr, "nala bench tail: %s B %ld tokens %ld failed: %s\n", p.name, s.B, N, e.what());  // the whole message
         continue;
       }
       if (!p.fused) {

@@ -2,10 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
+#include <stdexcept>
 #include <vector>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #ifdef NALA_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -46,12 +53,57 @@ struct ProfiledRange {
 #endif
   }
 };
+// NALA_PROFILE_TRACE=FILE: the timed repeats under LibTorch's profiler (Kineto: CPU operators, and
+// on a GPU every kernel and copy as CUPTI records them, those a CUDA graph's replay launches
+// included), written to FILE as a Chrome trace (JSON), the format torch.profiler's
+// export_chrome_trace writes for the PyTorch peer. Unlike Nsight Compute, which times each kernel
+// alone, it sees the kernels as they run back to back: scripts/kernel_table.py FILE sums them and
+// reports the idle time between them. The folder must exist; the file is written whole (a temporary
+// file renamed).
+class TracedRange {
+ public:
+  explicit TracedRange(const c10::Device& device) {
+    const char* v = std::getenv("NALA_PROFILE_TRACE");
+    if (!v || !*v) return;
+    path_ = v;
+    const std::filesystem::path parent = std::filesystem::absolute(path_).parent_path();
+    if (!std::filesystem::is_directory(parent))
+      throw std::invalid_argument("NALA_PROFILE_TRACE='" + path_ + "': the folder " + parent.string() + " does not exist");
+    namespace pi = torch::profiler::impl;
+    std::set<pi::ActivityType> activities{pi::ActivityType::CPU};
+    if (device.is_cuda()) activities.insert(pi::ActivityType::CUDA);
+    const pi::ProfilerConfig config(pi::ProfilerState::KINETO);
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    on_ = true;
+  }
+  // stops the profiler and writes the trace; the device work is finished by then (the caller synchronized)
+  void finish() {
+    if (!on_) return;
+    on_ = false;
+    const std::unique_ptr<torch::autograd::profiler::ProfilerResult> result = torch::autograd::profiler::disableProfiler();
+    const std::string tmp = path_ + ".tmp";
+    result->save(tmp);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path_, ec);
+    if (ec) throw std::runtime_error("NALA_PROFILE_TRACE: could not write " + path_ + ": " + ec.message());
+    std::fprintf(stderr, "nala: profiler trace of the timed repeats (%zu events) written to %s\n", result->events().size(), path_.c_str());
+  }
+  ~TracedRange() {
+    if (on_) torch::autograd::profiler::disableProfiler();  // an exception in the repeats: stop, write nothing
+  }
+
+ private:
+  std::string path_;
+  bool on_ = false;
+};
 }  // namespace
 
 Timing time_it(const std::function<void()>& fn, const c10::Device& device, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(device);
   const ProfiledRange profiled(device);
+  TracedRange traced(device);
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
 #ifdef NALA_WITH_CUDA
@@ -70,6 +122,8 @@ Timing time_it(const std::function<void()>& fn, const c10::Device& device, int w
     fn();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  synchronize(device);
+  traced.finish();
   std::sort(ms.begin(), ms.end());
   return {ms[ms.size() / 2], ms.front()};
 }

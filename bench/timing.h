@@ -1,7 +1,8 @@
 // Timing for the benchmarks (never for tests): CUDA events on a GPU, a steady clock on the CPU;
 // warm-up first, then the median of the repeats. With NALA_PROFILE_TIMED=1 on a GPU the repeats run
 // between cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off`
-// (scripts/device_steps/kernels-compiled.sh).
+// (scripts/device_steps/kernels-compiled.sh). With NALA_PROFILE_TRACE=FILE they run under LibTorch's
+// profiler and FILE gets its Chrome trace (scripts/kernel_table.py reads it; bench/timing.cpp).
 #pragma once
 #include <functional>
 #include <string>

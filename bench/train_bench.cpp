@@ -97,6 +97,7 @@ int bench_train(int argc, char** argv) {
     } catch (const std::exception& e) {
       ++failed_rows;
       std::printf("| %s%s | failed: %.80s |\n", name.c_str(), graphed ? " (CUDA graph)" : "", e.what());
+      std::fprintf(stderr, "nala bench train: %s%s failed: %s\n", name.c_str(), graphed ? " (CUDA graph)" : "", e.what());  // the whole message
     }
     std::fflush(stdout);
   }

@@ -10,11 +10,19 @@ traffic can beat. The floor of the step is then the GEMMs' and attention's measu
 other kernels' floors: the roofline argument for what fusing or tuning the memory-bound kernels can
 still win (the GEMMs and attention are taken as they run; they are near their own limits).
 
-usage: python3 scripts/kernel_table.py ncu.csv [--top 30] [--title T] [--bandwidth GB/s]
+It also reads a Chrome trace (FILE.json: Kineto's, as torch.profiler's export_chrome_trace and nala's
+NALA_PROFILE_TRACE write it, bench/timing.cpp). There the kernels ran as they do in a training run,
+back to back at the clocks the run holds, not one at a time as under Nsight Compute, and the trace
+also gives the timeline: the span from the first GPU event's start to the last one's end, the time
+some kernel, copy or memset ran (the union of their intervals), and the idle time between them,
+per step with --steps.
+
+usage: python3 scripts/kernel_table.py ncu.csv|trace.json [--top 30] [--title T] [--bandwidth GB/s] [--steps K]
 """
 import argparse
 import collections
 import csv
+import json
 import re
 
 
@@ -65,7 +73,7 @@ def print_tables(total, count, unit_us, title, top, nbytes=None, bandwidth=4300.
         cats[category(k)] += v
         if nbytes is not None:
             cat_bytes[category(k)] += nbytes[k]
-    print(f"### {title}: {sum(count.values())} kernels, {all_us / 1e3:.1f} ms of GPU time")
+    print(f"### {title}: {sum(count.values()):.4g} kernels, {all_us / 1e3:.1f} ms of GPU time")
     if nbytes is None:
         print("| category | total ms | share |\n|---|---|---|")
         for c, v in cats.most_common():
@@ -86,22 +94,90 @@ def print_tables(total, count, unit_us, title, top, nbytes=None, bandwidth=4300.
     if nbytes is None:
         print("| kernel | launches | total ms | share |\n|---|---|---|---|")
         for k, v in total.most_common(top):
-            print(f"| {k} | {count[k]} | {v * unit_us / 1e3:.2f} | {v * unit_us / all_us * 100:.1f} % |")
+            print(f"| {k} | {count[k]:.4g} | {v * unit_us / 1e3:.2f} | {v * unit_us / all_us * 100:.1f} % |")
     else:
         print("| kernel | launches | total ms | share | DRAM GB | GB/s |\n|---|---|---|---|---|---|")
         for k, v in total.most_common(top):
             ms = v * unit_us / 1e3
-            print(f"| {k} | {count[k]} | {ms:.2f} | {ms / (all_us / 1e3) * 100:.1f} % | {nbytes[k] / 1e9:.3f} | "
+            print(f"| {k} | {count[k]:.4g} | {ms:.2f} | {ms / (all_us / 1e3) * 100:.1f} % | {nbytes[k] / 1e9:.3f} | "
                   f"{nbytes[k] / 1e9 / (ms / 1e3) if ms > 0 else 0:,.0f} |")
+
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")  # a Chrome trace's device-side events
+
+
+def trace_events(path):
+    """(name, start µs, duration µs) of every kernel, copy and memset in a Chrome trace, in file order;
+    kernels' names as short() gives them, copies' and memsets' as they are."""
+    with open(path) as f:
+        doc = json.load(f)
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    return [(short(e["name"]) if e["cat"] == "kernel" else e["name"].replace("|", "/"), float(e["ts"]), float(e.get("dur", 0.0)))
+            for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+
+
+def timeline(events):
+    """span, busy and the gaps of GPU events (name, start, duration): span from the first start to the
+    last end; busy the length of the union of the intervals; gaps (µs, the event that ended last
+    before it, the next event) where no event ran, in time order."""
+    ev = sorted(events, key=lambda e: e[1])
+    busy, gaps = 0.0, []
+    run_start, run_end, run_last = ev[0][1], ev[0][1] + ev[0][2], ev[0][0]
+    for name, s, d in ev[1:]:
+        if s > run_end:
+            busy += run_end - run_start
+            gaps.append((s - run_end, run_last, name))
+            run_start, run_end, run_last = s, s + d, name
+        elif s + d >= run_end:
+            run_end, run_last = s + d, name
+    busy += run_end - run_start
+    return run_end - ev[0][1], busy, gaps
+
+
+def print_timeline(events, steps, big_gap_us=100.0):
+    span, busy, gaps = timeline(events)
+    idle = span - busy
+    per = lambda us: f"{us / 1e3 / steps:.2f}"  # noqa: E731  ms per step
+    print(f"Timeline, ms per step ({steps} step{'s' if steps != 1 else ''} in the trace): span {per(span)}, "
+          f"a GPU event running {per(busy)}, idle {per(idle)} ({idle / span * 100 if span > 0 else 0:.1f} %) in "
+          f"{len(gaps) / steps:.0f} gaps a step")
+    big = sorted((g for g in gaps if g[0] >= big_gap_us), reverse=True)
+    if big:
+        print(f"Gaps of {big_gap_us:.0f} µs or more: {len(big)}, {sum(g[0] for g in big) / 1e3:.2f} ms in all; the largest:")
+        print("| gap µs | after | before |\n|---|---|---|")
+        for g, after, before in big[:5]:
+            print(f"| {g:,.0f} | {after[:80]} | {before[:80]} |")
+    small = [g[0] for g in gaps if g[0] < big_gap_us]
+    if small:
+        print(f"Gaps under {big_gap_us:.0f} µs: {len(small) / steps:.0f} a step, {sum(small) / 1e3 / steps:.2f} ms a step, "
+              f"median {sorted(small)[len(small) // 2]:.1f} µs")
+
+
+def main_trace(a):
+    events = trace_events(a.csv)
+    if not events:
+        raise SystemExit(f"{a.csv}: no GPU events (categories {', '.join(GPU_CATEGORIES)}) in this trace")
+    total, count = collections.Counter(), collections.Counter()
+    for name, _, dur in events:
+        total[name] += dur / a.steps
+        count[name] += 1 / a.steps
+    print_tables(total, count, 1.0, a.title, a.top)
+    print()
+    print_timeline(events, a.steps)
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("csv")
+    p.add_argument("csv", help="Nsight Compute CSV, or a Chrome trace (.json)")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--title", default="")
     p.add_argument("--bandwidth", type=float, default=4300.0, help="GB/s of the DRAM floor (dram__bytes.sum)")
+    p.add_argument("--steps", type=int, default=1, help="a trace's steps: its times and launches per step")
     a = p.parse_args()
+    if a.steps < 1:
+        raise SystemExit(f"--steps {a.steps}: must be at least 1")
+    if a.csv.endswith(".json"):
+        return main_trace(a)
     with open(a.csv) as f:
         lines = [l for l in f if l.startswith('"')]
     rows = list(csv.reader(lines))

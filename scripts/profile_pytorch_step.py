@@ -2,9 +2,12 @@
 """Where the GPU time of one PyTorch DiT training step goes, kernel by kernel, eager or with
 torch.compile(model): the step of scripts/bench_pytorch_train.py under torch.profiler (CUPTI kernel
 durations; Nsight Compute cannot follow a compiling process in reasonable time), summed by kernel
-name and by category (scripts/kernel_table.py's), as markdown tables.
+name and by category (scripts/kernel_table.py's), as markdown tables. With --trace FILE.json the
+profile is also written as a Chrome trace and its timeline printed (kernel_table.py's: the idle time
+between kernels), as for nala's NALA_PROFILE_TRACE; --steps K profiles K steps and prints per step.
 
-usage: python3 scripts/profile_pytorch_step.py [--model DiT-S/2] [--batch 256] [--compile] [--top 30]
+usage: python3 scripts/profile_pytorch_step.py [--model DiT-S/2] [--batch 256] [--compile] [--top 30] [--steps 1]
+                                               [--trace FILE.json]
 """
 import argparse
 import collections
@@ -25,7 +28,11 @@ def main():
     p.add_argument("--image-size", type=int, default=256)
     p.add_argument("--compile", action="store_true")
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--trace", help="write the profile as a Chrome trace here (.json) and print its timeline")
     a = p.parse_args()
+    if a.steps < 1:
+        raise SystemExit(f"--steps {a.steps}: must be at least 1")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev, L = "cuda", a.image_size // 8
@@ -35,7 +42,8 @@ def main():
         step()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        step()
+        for _ in range(a.steps):
+            step()
         torch.cuda.synchronize()
     total, count = collections.Counter(), collections.Counter()
     for e in prof.key_averages():
@@ -46,9 +54,14 @@ def main():
         if us <= 0:
             continue
         k = kernel_table.short(e.key)
-        total[k] += us  # microseconds
-        count[k] += e.count
-    kernel_table.print_tables(total, count, 1.0, f"PyTorch {a.model} {'compiled' if a.compile else 'eager'} (one step, torch.profiler)", a.top)
+        total[k] += us / a.steps  # microseconds a step
+        count[k] += round(e.count / a.steps)
+    what = "one step" if a.steps == 1 else f"per step of {a.steps}"
+    kernel_table.print_tables(total, count, 1.0, f"PyTorch {a.model} {'compiled' if a.compile else 'eager'} ({what}, torch.profiler)", a.top)
+    if a.trace:
+        prof.export_chrome_trace(a.trace)
+        print()
+        kernel_table.print_timeline(kernel_table.trace_events(a.trace), a.steps)
 
 
 if __name__ == "__main__":

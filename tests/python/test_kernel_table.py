@@ -3,11 +3,17 @@ and category (cuDNN's attention kernels, whose names carry "wgmma", count as att
 nala's own kernels as fused), DRAM bytes in the CSV's unit, and the roofline line equals the
 measured GEMM and attention time plus every other kernel's bytes at the floor bandwidth, recomputed
 here from the rows; a CSV without dram__bytes.sum keeps the time-only table; an unknown byte unit
-is a clear error."""
+is a clear error. A Chrome trace: its kernels, copies and memsets summed per step and its timeline
+(busy time, idle gaps) against a brute-force count on a 0.5 µs grid; the trace `nala bench` writes
+with NALA_PROFILE_TRACE on the CPU (operators, no GPU events), and a missing folder as a clear error."""
+import json
+import os
 import subprocess
 import sys
 
-from conftest import SOURCE
+import numpy as np
+
+from conftest import BUILD, SOURCE
 
 SCRIPT = SOURCE / "scripts" / "kernel_table.py"
 sys.path.insert(0, str(SOURCE / "scripts"))
@@ -80,3 +86,68 @@ def test_time_only_csv_and_bad_unit(tmp_path):
     p = table(bad)
     assert p.returncode != 0
     assert "bad.csv" in p.stderr and "Pbyte" in p.stderr
+
+
+# (category, name, start µs, duration µs): two steps of four GPU events, one of them overlapping
+# the previous one (a second stream), a copy and a memset; a CPU operator the timeline ignores
+TRACE = [
+    ("kernel", "void nala::ops::cuda::(anonymous namespace)::ln_modulate_bwd<float, __nv_bfloat16, 9>(float const*, int)", 0.0, 10.0),
+    ("kernel", "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", 12.0, 8.0),
+    ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)", 15.0, 15.0),
+    ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 40.0, 5.0),
+    ("kernel", "void nala::ops::cuda::(anonymous namespace)::ln_modulate_bwd<float, __nv_bfloat16, 9>(float const*, int)", 300.0, 10.0),
+    ("kernel", "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", 310.0, 8.0),
+    ("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)", 311.0, 3.0),
+    ("gpu_memset", "Memset (Device)", 330.5, 4.5),
+    ("cpu_op", "aten::mm", 0.0, 500.0),
+]
+
+
+def write_trace(path):
+    ev = [{"ph": "X", "cat": c, "name": n, "ts": t, "dur": d, "pid": 0, "tid": 7} for c, n, t, d in TRACE]
+    path.write_text(json.dumps({"traceEvents": ev, "displayTimeUnit": "ms"}))
+
+
+def test_chrome_trace_sums_and_timeline(tmp_path):
+    path = tmp_path / "trace.json"
+    write_trace(path)
+    p = table(path, "--steps", 2)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    gpu = [(n, t, d) for c, n, t, d in TRACE if c != "cpu_op"]
+    # per step: every event's time halved, launches halved
+    assert f"### : {len(gpu) // 2} kernels, {sum(d for _, _, d in gpu) / 2 / 1e3:.1f} ms of GPU time" in out, out
+    assert "| nala::ops::cuda::(anonymous namespace)::ln_modulate_bwd<float, __nv_bfloat16, 9> | 1 | 0.01 |" in out, out
+    # the timeline, counted on a 0.5 µs grid
+    t = np.arange(0.0, 400.0, 0.5) + 0.25
+    on = np.zeros_like(t, dtype=bool)
+    for _, s, d in gpu:
+        on |= (t > s) & (t < s + d)
+    first, last = min(s for _, s, _ in gpu), max(s + d for _, s, d in gpu)
+    busy = on.sum() * 0.5
+    idle = (last - first) - busy
+    assert f"span {(last - first) / 2e3:.2f}, a GPU event running {busy / 2e3:.2f}, idle {idle / 2e3:.2f}" in out, out
+    # gaps: 2 (after ln_modulate_bwd), 10 (before the copy), 255 (between the steps), 12.5 (before the memset)
+    assert "Gaps of 100 µs or more: 1, 0.26 ms in all" in out, out
+    assert "| 255 | Memcpy DtoD (Device -> Device) | nala::ops::cuda::(anonymous namespace)::ln_modulate_bwd<float, __nv_bfloat16, 9> |" in out, out
+    assert "| Memcpy DtoD (Device -> Device) | 0.5 | 0.00 |" in out, out  # one copy in two steps
+    assert "Gaps under 100 µs: 2 a step, 0.01 ms a step, median 10.0 µs" in out, out
+
+
+def test_nala_bench_writes_a_trace(tmp_path):
+    env = dict(os.environ, NALA_PROFILE_TRACE=str(tmp_path / "nala.json"), OMP_NUM_THREADS="1")
+    args = [str(BUILD / "nala"), "bench", "train", "--device", "cpu", "--models", "DiT-S/8", "--batch", "2", "--image-size", "64",
+            "--steps", "1", "--warmup", "0"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "profiler trace of the timed repeats" in p.stderr, p.stderr
+    doc = json.loads((tmp_path / "nala.json").read_text())
+    ops = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert "aten::mm" in ops or "aten::addmm" in ops, sorted(ops)[:40]  # the linear layers ran under the profiler
+    assert not (tmp_path / "nala.json.tmp").exists()
+    q = table(tmp_path / "nala.json")  # a CPU run's trace has no GPU events: said, not a table of nothing
+    assert q.returncode != 0 and "no GPU events" in q.stderr, q.stdout + q.stderr
+    env["NALA_PROFILE_TRACE"] = str(tmp_path / "missing" / "nala.json")
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode != 0
+    assert "NALA_PROFILE_TRACE=" in p.stdout + p.stderr and "does not exist" in p.stdout + p.stderr, p.stdout + p.stderr
