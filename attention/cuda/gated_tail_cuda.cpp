@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -41,8 +40,9 @@ int lepe_staged() {
   int s = g_lepe_staged.load();
   if (s < 0) {
     const char* v = std::getenv("NALA_LEPE_STAGED");
-    s = lepe_staging_of(v ? v : "");
-    g_lepe_staged = s;
+    int from_env = lepe_staging_of(v ? v : "");
+    // a set_lepe_staged() in between wins over the environment
+    s = g_lepe_staged.compare_exchange_strong(s, from_env) ? from_env : s;
   }
   return s;
 }
@@ -53,8 +53,8 @@ int ln_bwd_blocks() {
   int n = g_ln_bwd_blocks.load();
   if (n == 0) {
     const char* v = std::getenv("NALA_LN_GATE_BWD_BLOCKS");
-    n = ln_gate_bwd_blocks_of(v ? v : "");
-    g_ln_bwd_blocks = n;
+    int from_env = ln_gate_bwd_blocks_of(v ? v : "");
+    n = g_ln_bwd_blocks.compare_exchange_strong(n, from_env) ? from_env : n;  // as lepe_staged()
   }
   return n;
 }
@@ -103,14 +103,8 @@ void set_lepe_staged(int bits) {
 
 int ln_gate_bwd_blocks_of(const std::string& v) {
   if (v.empty()) return 4;
-  int n = 0;
-  try {
-    size_t used = 0;
-    n = std::stoi(v, &used);
-    if (used != v.size()) n = 0;
-  } catch (const std::exception&) {
-    n = 0;
-  }
+  const bool digits = v.size() <= 2 && v.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::stoi(v) : 0;
   TORCH_CHECK(n >= 1 && n <= 16, "NALA_LN_GATE_BWD_BLOCKS='", v, "' is not a whole number of blocks an SM from 1 to 16");
   return n;
 }

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "ops/cuda/vec_io.cuh"
 
@@ -144,6 +145,7 @@ template <typename T, int KS, int ROWS>
 __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, const TilePos& s,
                                              PairT<T>* window, const TileSide<T>& side) {
   constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = TileRows<T, KS>::window_rows;
+  static_assert(ROWS == TileRows<T, KS>::rows, "the side tile's size (TileRows::side_elems) assumes the tile's rows");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int pos = warp; pos < WROWS * COLS; pos += kWarps) {
     const int r = pos / COLS, col = pos - r * COLS;
@@ -442,7 +444,10 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
 #pragma unroll
       for (int xo = 0; xo < kStrip; ++xo) {
         g0[xo] = 0, g1[xo] = 0;
-        if constexpr (STAGED) {  // zeros past the grid's edge
+        if constexpr (STAGED) {
+          // zeros past the grid's edge: db += +0.0 there, which leaves the bits as the unstaged sum's
+          // (the sum starts at +0.0 and, without flush-to-zero, never becomes −0.0); a guard here
+          // costs 12 bytes of spills (bf16, LePE 5)
           const float2 val = ChannelPair<T>::to_float2(win[TileRows<T, KS>::elems + (r * kStrip + xo) * 32 + lane]);
           g0[xo] = val.x, g1[xo] = val.y;
           a0[TAPS] += val.x, a1[TAPS] += val.y;
@@ -520,15 +525,15 @@ Strided o_of(const GatedTailParams& p) { return {p.o, p.o_stride[0], p.o_stride[
 Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_stride[1]}; }
 Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
 
-// Launches a LePE kernel over its tiles with the windows' dynamic shared memory (opted in above
-// 48 KB): one window when every block has one tile, two (the next one copied in while this one is
-// computed) when blocks walk several; each with its side input's tile where the kernel stages one.
-template <typename T, int KS, typename Kernel, typename... Args>
-void launch_lepe(Kernel kernel, bool staged_side, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
+// Launches a LePE kernel (STAGED: the instantiation that stages a side input) over its tiles with
+// the windows' dynamic shared memory (opted in above 48 KB): one window when every block has one
+// tile or one_buffer is asked for, else two (the next one copied in while this one is computed);
+// each with its side input's tile where the kernel stages one.
+template <typename T, int KS, bool STAGED, typename Kernel, typename... Args>
+void launch_lepe(Kernel kernel, bool one_buffer, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
   const int64_t tiles = p.B * tiles_per_sample(p, TileRows<T, KS>::rows);
-  const bool one_buffer = staged_side && (p.lepe_staged & kStageOneBuffer);
   const int buffers = tiles > int64_t(grid.y) && !one_buffer ? 2 : 1;
-  const size_t per_buffer = TileRows<T, KS>::elems + (staged_side ? TileRows<T, KS>::side_elems : 0);
+  const size_t per_buffer = TileRows<T, KS>::elems + (STAGED ? TileRows<T, KS>::side_elems : 0);
   const size_t smem = KS > 0 ? size_t(buffers) * per_buffer * sizeof(PairT<T>) : 0;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers);
@@ -539,14 +544,15 @@ void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, floa
   with_ks(p.ks, true, [&](auto ks) {
     constexpr int K = ks();
     const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv)));
-    auto conv = [&](auto kernel, bool staged) {
-      launch_lepe<T, K>(kernel, staged, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+    auto conv = [&](auto staged) {  // std::bool_constant: the kernel and its shared memory from one flag
+      constexpr bool S = decltype(staged)::value;
+      launch_lepe<T, K, S>(lepe_conv<T, K, S>, false, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
     };
     if constexpr (K > 0) {
-      if (p.lepe_staged & kStageResidual) conv(lepe_conv<T, K, true>, true);
-      else conv(lepe_conv<T, K, false>, false);
+      if (p.lepe_staged & kStageResidual) conv(std::true_type{});
+      else conv(std::false_type{});
     } else {
-      conv(lepe_conv<T, K, false>, false);
+      conv(std::false_type{});
     }
   });
   check_launch("lepe_conv");
@@ -573,14 +579,14 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
     if constexpr (K > 0) {
       const unsigned chunks = unsigned(ceil_div(p.D, kChunkChannels));
       // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
-      launch_lepe<T, K>(lepe_conv<T, K, false>, false, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st, p,
-                        du_of(p, du), p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
+      launch_lepe<T, K, false>(lepe_conv<T, K, false>, false, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st,
+                               p, du_of(p, du), p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
       check_launch("lepe_conv (backward)");
       const dim3 wgrid(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad)));
       if (p.lepe_staged & kStageDu)
-        launch_lepe<T, K>(lepe_wgrad<T, K, true>, true, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
+        launch_lepe<T, K, true>(lepe_wgrad<T, K, true>, (p.lepe_staged & kStageOneBuffer) != 0, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
       else
-        launch_lepe<T, K>(lepe_wgrad<T, K, false>, false, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
+        launch_lepe<T, K, false>(lepe_wgrad<T, K, false>, false, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
       check_launch("lepe_wgrad");
     }
   });
