@@ -1,10 +1,15 @@
 #include "models/cuda_graph.h"
 
+#include <iterator>
+#include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
+#include <tuple>
 
 #include <ATen/autocast_mode.h>
 
 #ifdef NALA_WITH_CUDA
+#include <ATen/cuda/CUDAContextLight.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -13,6 +18,19 @@
 #endif
 
 namespace nala::models {
+
+#ifdef NALA_WITH_CUDA
+namespace {
+// Drops the cuBLAS and cuBLASLt workspaces LibTorch keeps for `stream` (every handle): the blocks go
+// back to the caching allocator in the stream's order.
+void release_blas_workspaces(cudaStream_t stream) {
+  for (at::cuda::WorkspaceMapWithMutex* m : {&at::cuda::cublas_handle_stream_to_workspace(), &at::cuda::cublaslt_handle_stream_to_workspace()}) {
+    const std::unique_lock<std::shared_mutex> lock(m->mutex);
+    for (auto it = m->map.begin(); it != m->map.end();) it = std::get<1>(it->first) == static_cast<void*>(stream) ? m->map.erase(it) : std::next(it);
+  }
+}
+}  // namespace
+#endif
 
 struct CudaGraph::Impl {
 #ifdef NALA_WITH_CUDA
@@ -40,6 +58,12 @@ void CudaGraph::reset() {
 void CudaGraph::capture(const std::function<void()>& step) {
 #ifdef NALA_WITH_CUDA
   reset();
+  // cuBLAS and cuBLASLt keep a workspace per (handle, stream), 32 MiB for cuBLAS on Hopper: the
+  // eager steps' on the current stream, and one the capture allocates for the side stream, which the
+  // graph keeps. The current stream's are released here (an eager call later allocates them again),
+  // so a graphed training step holds one workspace, as an eager step does. Only the current
+  // stream's: another graph's, on its own side stream, stays where its replays expect it.
+  release_blas_workspaces(c10::cuda::getCurrentCUDAStream().stream());
   // The graph allocates from a private pool; blocks the eager steps left cached would sit beside
   // it unused (DiT-XL/2 at batch 256: ~80 GB of activations twice does not fit a 141 GB card).
   c10::cuda::CUDACachingAllocator::emptyCache();
