@@ -19,6 +19,13 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions o) : params_(std::move
   }
 }
 
+void AdamW::set_lr_tensor(const at::Tensor& lr) {
+  if (lr.dim() != 0 || lr.scalar_type() != at::kFloat || (!params_.empty() && lr.device() != params_.front().device()))
+    throw std::invalid_argument("AdamW::set_lr_tensor: the rate must be a () float32 tensor on the parameters' device, got " + c10::str(lr.sizes()) +
+                                " " + c10::toString(lr.scalar_type()) + " on " + lr.device().str());
+  lr_t_ = lr;
+}
+
 void AdamW::zero_grad() {
   for (auto& p : params_)
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
@@ -40,8 +47,11 @@ void AdamW::step(const at::Tensor& found_inf) {
   // As torch.optim's fused path: the caller counts the step, the kernel reads it (and does nothing
   // where found_inf is set), and a skipped step is uncounted again.
   at::_foreach_add_(ss, at::Scalar(1.0));
-  at::_fused_adamw_(ps, gs, ms, vs, {}, ss, o_.lr, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, /*amsgrad=*/false,
-                    /*maximize=*/false, std::nullopt, found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
+  const std::optional<at::Tensor> inf = found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt;
+  if (lr_t_.defined())
+    at::_fused_adamw_(ps, gs, ms, vs, {}, ss, lr_t_, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, /*amsgrad=*/false, /*maximize=*/false, std::nullopt, inf);
+  else
+    at::_fused_adamw_(ps, gs, ms, vs, {}, ss, o_.lr, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, /*amsgrad=*/false, /*maximize=*/false, std::nullopt, inf);
   if (found_inf.defined()) at::_foreach_add_(ss, found_inf.reshape({}), -1);
 }
 

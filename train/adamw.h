@@ -31,6 +31,10 @@ class AdamW {
   // a replayed CUDA graph of step() (models/cuda_graph.h) ran on the device without this host code
   void count_replayed_step() { ++steps_; }
   AdamWOptions& options() { return o_; }
+  // A () float32 tensor on the parameters' device that every later step() reads as its rate instead
+  // of options().lr: a schedule's rate, changed in place between steps (a CUDA graph's replay reads
+  // it there too). The fused kernel's tensor-rate overload.
+  void set_lr_tensor(const at::Tensor& lr);
 
   // State as named tensors ("exp_avg.<i>", "exp_avg_sq.<i>", "step") for checkpoints, and back.
   io::NamedTensors state() const;
@@ -38,6 +42,7 @@ class AdamW {
 
  private:
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_, step_t_;
+  at::Tensor lr_t_;  // () float32, or undefined: options().lr
   AdamWOptions o_;
   int64_t steps_ = 0;
 };

@@ -67,6 +67,9 @@ const std::vector<ConfigField>& train_config_fields() {
       {"global_batch", "batch", "global batch size", &C::global_batch, false},
       {"steps", "steps", "training steps", &C::steps, true},
       {"lr", "lr", "learning rate", &C::lr, false},
+      {"lr_schedule", "lr-schedule", "constant (DiT's), cosine or linear: the rate decays from --lr to --lr-end by the last of --steps", &C::lr_schedule, false},
+      {"lr_warmup", "lr-warmup", "steps of a linear warm-up to --lr (0: none)", &C::lr_warmup, false},
+      {"lr_end", "lr-end", "the rate a cosine or linear schedule reaches at the last step", &C::lr_end, false},
       {"weight_decay", "weight-decay", "AdamW weight decay", &C::weight_decay, false},
       {"grad_clip", "grad-clip", "clip the gradient norm (0: off)", &C::grad_clip, false},
       {"ema_decay", "ema-decay", "EMA decay", &C::ema_decay, false},
@@ -172,6 +175,11 @@ void validate(const TrainConfig& c) {
   if (c.global_batch <= 0) bad("--batch must be positive, got " + std::to_string(c.global_batch));
   if (c.steps <= 0) bad("--steps must be positive, got " + std::to_string(c.steps));
   if (!(c.lr > 0)) bad("--lr must be positive, got " + std::to_string(c.lr));
+  if (c.lr_schedule != "constant" && c.lr_schedule != "cosine" && c.lr_schedule != "linear")
+    bad("--lr-schedule '" + c.lr_schedule + "' (known: constant, cosine, linear)");
+  if (c.lr_warmup < 0 || c.lr_warmup > c.steps)
+    bad("--lr-warmup must be in [0, --steps " + std::to_string(c.steps) + "], got " + std::to_string(c.lr_warmup));
+  if (!(c.lr_end >= 0 && c.lr_end <= c.lr)) bad("--lr-end must be in [0, --lr " + std::to_string(c.lr) + "], got " + std::to_string(c.lr_end));
   if (c.weight_decay < 0) bad("--weight-decay must be >= 0, got " + std::to_string(c.weight_decay));
   if (c.grad_clip < 0) bad("--grad-clip must be >= 0, got " + std::to_string(c.grad_clip));
   if (!(c.ema_decay >= 0 && c.ema_decay < 1)) bad("--ema-decay must be in [0, 1), got " + std::to_string(c.ema_decay));
@@ -224,6 +232,10 @@ std::vector<std::string> resume_conflicts(const TrainConfig& saved, const TrainC
     const std::string a = config_field_text(saved, f), b = config_field_text(now, f);
     if (a != b) v.push_back(std::string(f.key) + " (run: " + a + ", now: " + b + ")");
   }
+  // a decaying rate is laid out over the run's steps: other steps would bend the schedule mid-run
+  if (saved.lr_schedule != "constant" && saved.steps != now.steps)
+    v.push_back("steps (run: " + std::to_string(saved.steps) + ", now: " + std::to_string(now.steps) + "; the " + saved.lr_schedule +
+                " learning-rate schedule decays over them)");
   return v;
 }
 

@@ -26,6 +26,11 @@ struct TrainConfig {
   int64_t global_batch = 64;
   int64_t steps = 3000;
   double lr = 1e-4, weight_decay = 0.0, grad_clip = 0.0;  // grad_clip 0: off
+  // the rate's schedule (train/lr_schedule.h): constant (DiT's), cosine or linear decay to lr_end
+  // by the last step, after a linear warm-up of lr_warmup steps (0: none)
+  std::string lr_schedule = "constant";
+  int64_t lr_warmup = 0;
+  double lr_end = 0.0;
   double ema_decay = 0.9999;
   bool ema_warmup = false;              // decay min(ema_decay, (1 + step)/(10 + step)): short runs need it; DiT has none
   std::string precision = "auto";       // "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16"
@@ -83,7 +88,8 @@ void validate(const TrainConfig& c);
 std::string train_config_to_json(const TrainConfig& c);
 // Fields missing from the file keep their defaults (a config.json from an older nala); unknown keys are errors.
 TrainConfig train_config_from_json(const std::string& json, const std::string& source);
-// The fields that differ between a saved run and this one, ignoring those that may change on resume.
+// The fields that differ between a saved run and this one, ignoring those that may change on resume
+// (and --steps where the learning rate decays over them).
 std::vector<std::string> resume_conflicts(const TrainConfig& saved, const TrainConfig& now);
 
 }  // namespace nala::train

@@ -2,6 +2,7 @@
 
 #include "ops/fused_ops.h"
 #include "train/autocast_scope.h"
+#include "train/lr_schedule.h"
 
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,10 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       transport_(transport_config(cfg)) {
   if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
+  if (lr_is_scheduled(cfg) && !trainable_.empty()) {  // the rate from a device tensor, filled before each step
+    lr_ = at::zeros({}, trainable_.front().options().dtype(at::kFloat));  // ()
+    opt_.set_lr_tensor(lr_);
+  }
   if (cfg.cuda_graphs) {
     const auto dev = trainable_.empty() ? c10::Device(c10::kCPU) : trainable_.front().device();
     if (!dev.is_cuda() || pg)
@@ -58,6 +63,7 @@ double TrainStep::ema_decay(int64_t step) const {
 }
 
 StepResult TrainStep::run(int64_t step, const at::Tensor& x, const at::Tensor& y) {
+  if (lr_.defined()) lr_.fill_(scheduled_lr(cfg_, step));  // read by AdamW, eager or replayed
   if (!cfg_.cuda_graphs) return run_eager(step, x, y);
   if (ema_weight_.defined()) ema_weight_.fill_(1.0 - ema_decay(step));  // read by the EMA update, eager or replayed
   if (eager_steps_ < kEagerSteps) {

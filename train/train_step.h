@@ -1,8 +1,8 @@
 // One optimisation step of DiT train.py's recipe (docs/reference.md §4) on one process's share of
 // the global batch: the objective's loss under bf16 autocast on CUDA, backward with the gradient
 // all-reduce (train/grad_buckets.h) overlapped or after it,
-// optional clipping, AdamW (skipped inside the fused kernel where the loss or a gradient is not finite) and the
-// EMA update. Everything stays on the device; the host reads the loss back only at log steps.
+// optional clipping, AdamW (skipped inside the fused kernel where the loss or a gradient is not finite; at the
+// step's rate of train/lr_schedule.h) and the EMA update. Everything stays on the device; the host reads the loss back only at log steps.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -59,14 +59,15 @@ class TrainStep {
   std::unique_ptr<GradBuckets> buckets_;  // data parallel: the gradient all-reduce (overlapped with --overlap-grads)
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
-  // CUDA graphs (cfg.cuda_graphs). Host values are baked into a capture: the learning rate, the
-  // gradient clip, cfg.global_batch and which parameters have gradients; a new capture happens only
-  // when x's or y's shape changes (a learning-rate schedule would need the rate in a device tensor).
+  // CUDA graphs (cfg.cuda_graphs). Host values are baked into a capture: a constant learning rate,
+  // the gradient clip, cfg.global_batch and which parameters have gradients; a new capture happens
+  // only when x's or y's shape changes. A scheduled rate is read from lr_, filled before each step.
   models::CudaGraph graph_;
   int64_t eager_steps_ = 0;
   at::Tensor static_x_, static_y_;  // the graph's inputs
   StepResult static_out_;           // its outputs, in its memory pool
   at::Tensor ema_weight_;           // () float32 1 − decay, filled before each replay (EMA warm-up under graphs)
+  at::Tensor lr_;                   // () float32 the step's learning rate, filled before each step (a scheduled rate)
 };
 
 }  // namespace nala::train

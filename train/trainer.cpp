@@ -20,6 +20,7 @@
 #include "samplers/generate.h"
 #include "samplers/grid_labels.h"
 #include "train/device_memory.h"
+#include "train/lr_schedule.h"
 #include "train/distributed.h"
 #include "train/metrics_log.h"
 #include "train/model_setup.h"
@@ -223,7 +224,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
       const double secs = std::chrono::duration<double>(now - t_window).count();
       const double steps_done = double(step - window_first);
       if (main_rank) {
-        nlohmann::json j = {{"step", step}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", cfg.lr},
+        nlohmann::json j = {{"step", step}, {"loss", mean_loss}, {"grad_norm", grad_norm}, {"lr", scheduled_lr(cfg, step - 1)},
                             {"steps_per_s", secs > 0 ? steps_done / secs : 0.0}, {"img_per_s", secs > 0 ? steps_done * cfg.global_batch / secs : 0.0},
                             {"images_seen", st.images_seen}, {"epoch", st.epoch}, {"nonfinite", st.nonfinite}};
         if (device.is_cuda()) j["peak_mib"] = peak_memory_mib(device);

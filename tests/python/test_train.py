@@ -1,7 +1,10 @@
 """`nala train` end to end on the built-in Fashion-MNIST (tiny model, CPU): the loss falls; a
 killed run resumed by re-running the same command reproduces the uninterrupted run's losses
 exactly; a corrupt latest checkpoint is reported and the previous one used; a failed write
-(file-size limit, as a full disk) loses nothing already saved; bad flags give clear errors."""
+(file-size limit, as a full disk) loses nothing already saved; bad flags give clear errors; the
+learning rate of every step under --lr-schedule / --lr-warmup / --lr-end equals torch.optim's
+schedulers' (LinearLR warm-up, then CosineAnnealingLR or LinearLR), and a resume with other --steps
+is refused where the rate decays over them."""
 import json
 import os
 import resource
@@ -125,6 +128,9 @@ def test_failed_write_loses_nothing(tmp):
     (["--preset", "nope"], "unknown preset 'nope'"),
     (["--data", "/nonexistent/folder"], "/nonexistent/folder"),
     (["--precision", "bf16"], "needs a CUDA device"),
+    (["--lr-schedule", "step"], "--lr-schedule 'step' (known: constant, cosine, linear)"),
+    (["--lr-warmup", "3"], "--lr-warmup must be in [0, --steps 2], got 3"),
+    (["--lr-end", "1"], "--lr-end must be in [0, --lr"),
 ])
 def test_invalid_config_values(tmp, flags, needle):
     p = run("nala", "train", *FAST, "--steps", "2", "--out", tmp / "r", *flags, check=False)
@@ -144,3 +150,48 @@ def test_resume_with_different_config_is_refused(tmp):
     run("nala", "train", *FAST, "--steps", "2", "--ckpt-every", "2", "--out", tmp / "r")
     p = run("nala", "train", *FAST, "--steps", "4", "--lr", "0.002", "--out", tmp / "r", check=False)
     assert p.returncode != 0 and "different configuration" in p.stderr
+
+
+def torch_rates(schedule, lr, warmup, end, steps):
+    """Every step's rate from torch.optim.lr_scheduler: LinearLR from lr / warmup up to lr over the
+    warm-up, then CosineAnnealingLR or LinearLR down to `end` over the remaining steps."""
+    import torch
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    after = {"cosine": lambda: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps - warmup, eta_min=end),
+             "linear": lambda: torch.optim.lr_scheduler.LinearLR(opt, 1.0, end / lr, total_iters=steps - warmup),
+             "constant": lambda: torch.optim.lr_scheduler.ConstantLR(opt, 1.0, total_iters=0)}[schedule]
+    if warmup:
+        first = torch.optim.lr_scheduler.LinearLR(opt, 1.0 / warmup, 1.0, total_iters=warmup - 1)
+        sched = torch.optim.lr_scheduler.SequentialLR(opt, [first, after()], milestones=[warmup])
+    else:
+        sched = after()
+    rates = []
+    for _ in range(steps):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return rates
+
+
+@pytest.mark.parametrize("schedule,warmup", [("cosine", 3), ("linear", 0), ("constant", 4)])
+def test_lr_schedule_equals_torch_schedulers(tmp, schedule, warmup):
+    import warnings
+    steps, lr, end = 12, 2e-3, 1e-4
+    flags = ["--steps", steps, "--lr", lr, "--lr-schedule", schedule, "--lr-warmup", warmup, "--lr-end", end, "--ckpt-every", 5]
+    run("nala", "train", *FAST, *flags, "--out", tmp / "a")
+    got = {}
+    for line in (tmp / "a" / "metrics.jsonl").read_text().splitlines():
+        j = json.loads(line)
+        got[j["step"]] = j["lr"]  # the rate of the step that ended at "step"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SequentialLR's deprecation notes
+        want = torch_rates(schedule, lr, warmup, end, steps)
+    assert sorted(got) == list(range(1, steps + 1))
+    for k in range(steps):
+        assert got[k + 1] == pytest.approx(want[k], rel=1e-9, abs=1e-15), (k, got[k + 1], want[k])
+    if schedule != "constant":
+        assert got[steps] < lr / 2  # it decayed
+        # the decay is laid out over --steps: resuming a 7-step run with 12 would bend it, and is refused
+        run("nala", "train", *FAST, flags[0], 7, *flags[2:], "--out", tmp / "r")
+        p = run("nala", "train", *FAST, *flags, "--out", tmp / "r", check=False)
+        assert p.returncode != 0 and "learning-rate schedule decays over them" in p.stderr, p.stderr

@@ -1,7 +1,8 @@
 // The optimizer and the EMA (train/adamw.h) against independent implementations: LibTorch's own
 // torch::optim::AdamW (ATen ops, not the fused kernel ours runs) over several steps with weight
 // decay, a skipped step (found_inf) that changes nothing, a state() / load_state() round trip that
-// continues exactly; and the EMA update against its formula in float64.
+// continues exactly; a rate read from a tensor and changed between steps against torch::optim::AdamW
+// with its group's rate changed the same way; and the EMA update against its formula in float64.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,6 +55,33 @@ TEST(AdamW, EqualsTorchOptimAdamW) {
     EXPECT_LT(e, 1e-5);
     EXPECT_GT(max_rel(ours, params(1)), 1e-3);  // the steps moved the weights
   }
+}
+
+TEST(AdamW, RateFromATensorChangedBetweenSteps) {
+  train::AdamWOptions o;
+  o.lr = 1.0;  // not used once the tensor is set
+  o.weight_decay = 0.05;
+  auto ours = params(3), ref = params(3);
+  train::AdamW opt(ours, o);
+  at::Tensor lr = at::zeros({}, at::kFloat);  // ()
+  opt.set_lr_tensor(lr);
+  torch::optim::AdamW oracle(ref, torch::optim::AdamWOptions(1e-3).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  const double rates[] = {1e-3, 4e-3, 2.5e-3, 5e-4, 3e-3};
+  for (int64_t k = 0; k < 5; ++k) {
+    // a rate a float32 holds exactly, so that the oracle's double rate is the same number
+    const double r = double(float(rates[k]));
+    lr.fill_(r);
+    static_cast<torch::optim::AdamWOptions&>(oracle.param_groups()[0].options()).lr(r);
+    set_grads(ours, k);
+    set_grads(ref, k);
+    opt.step();
+    oracle.step();
+  }
+  const double e = max_rel(ours, ref);
+  std::printf("a rate changed between 5 steps: max relative difference to torch::optim::AdamW %.2e\n", e);
+  EXPECT_LT(e, 1e-5);
+  EXPECT_THROW(opt.set_lr_tensor(at::zeros({1}, at::kFloat)), std::invalid_argument);   // not ()
+  EXPECT_THROW(opt.set_lr_tensor(at::zeros({}, at::kDouble)), std::invalid_argument);  // not float32
 }
 
 TEST(AdamW, SkippedStepAndStateRoundTrip) {

@@ -1,7 +1,7 @@
 // One training step (train/train_step.h) on a tiny model on the CPU: a step whose gradients are not
 // finite while the loss is changes no weight and reports a NaN loss (which the trainer counts);
 // a finite step after it changes the weights and the optimizer exactly as the same step would
-// without the skipped one.
+// without the skipped one; a scheduled learning rate reaches the optimizer as the step's rate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "models/dit.h"
 #include "models/model_config.h"
 #include "ops/fused_ops.h"
+#include "train/lr_schedule.h"
 #include "train/train_config.h"
 #include "train/train_step.h"
 
@@ -97,6 +98,41 @@ TEST(TrainStep, NonFiniteGradientSkipsTheStep) {
       ++compared;
     }
     EXPECT_EQ(compared, int(sa.size()) - 1);
+  }
+}
+
+TEST(TrainStep, ScheduledRateIsTheStepsRate) {
+  // A cosine schedule with a 4-step warm-up: step k runs at scheduled_lr(k) (train/lr_schedule.h),
+  // the weights after it equal those of a constant-rate step at that rate from the same state.
+  for (const int64_t k : {int64_t(0), int64_t(5)}) {
+    StepSetup a = make("flow"), b = make("flow");
+    a.cfg.lr = 2e-3;
+    a.cfg.lr_schedule = "cosine";
+    a.cfg.lr_warmup = 4;
+    a.cfg.lr_end = 1e-4;
+    a.cfg.steps = 10;
+    b.cfg.lr = double(float(train::scheduled_lr(a.cfg, k)));  // the rate as the float32 tensor holds it
+    EXPECT_TRUE(train::lr_is_scheduled(a.cfg));
+    EXPECT_FALSE(train::lr_is_scheduled(b.cfg));
+    at::Tensor x = at::randn({4, 1, 8, 8}), y = at::tensor({0, 1, 2, 3}, at::kLong);  // (4, 1, 8, 8), (4,)
+    train::TrainStep scheduled(a.cfg, *a.model, *a.ema, nullptr, false), constant(b.cfg, *b.model, *b.ema, nullptr, false);
+    torch::manual_seed(4);
+    const train::StepResult ra = scheduled.run(k, x, y);
+    torch::manual_seed(4);
+    const train::StepResult rb = constant.run(k, x, y);
+    EXPECT_TRUE(at::equal(ra.loss, rb.loss)) << "step " << k;
+    const auto pa = snapshot(*a.model), pb = snapshot(*b.model);
+    double worst = 0;
+    for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+    std::printf("step %ld at rate %.6g: largest weight difference to the constant-rate step %.2e\n", long(k), b.cfg.lr, worst);
+    EXPECT_LT(worst, 1e-7) << "step " << k;
+    // and not the configured peak rate: a step at cfg.lr moves the weights elsewhere
+    StepSetup c = make("flow");
+    c.cfg.lr = 2e-3;
+    train::TrainStep peak(c.cfg, *c.model, *c.ema, nullptr, false);
+    torch::manual_seed(4);
+    peak.run(k, x, y);
+    EXPECT_FALSE(unchanged(*c.model, pa)) << "step " << k;
   }
 }
 
