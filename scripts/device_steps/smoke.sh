@@ -59,9 +59,16 @@ assert all(x['loss'] == x['loss'] for x in m if 'loss' in x), 'NaN loss'
 " -- $n train --preset fashion-mnist-s2 --model $nala_model --steps 40 --batch $batch --log-every 5 --ckpt-every 10 --sample-every 10 \
        --device $dev --out "$w/nalasit"
 step train-dit-graphs "
-import os; assert os.path.isdir('dit/checkpoints/0000020'), os.listdir('dit/checkpoints')
+import json, math, os
+assert os.path.isdir('dit/checkpoints/0000020'), os.listdir('dit/checkpoints')
+m = [json.loads(l) for l in open('dit/metrics.jsonl')]
+lr = {x['step']: x['lr'] for x in m}
+# the rate of the step ending at k (step k - 1 counted from 0): warm-up over 5 steps, then cosine over 15
+want = {k: 2e-3 * k / 5 if k <= 5 else 2e-3 * (1 + math.cos(math.pi * (k - 6) / 15)) / 2 for k in (5, 10, 15, 20)}
+assert all(abs(lr[k] - want[k]) <= 1e-12 + 1e-9 * want[k] for k in want), (lr, want)
+assert all(x['loss'] == x['loss'] for x in m), 'NaN loss'
 " -- $n train --preset fashion-mnist-s2 --model $dit_model --steps 20 --batch $batch --log-every 5 --ckpt-every 20 --sample-every 0 \
-       $([ $dev = cuda ] && echo --cuda-graphs true) --device $dev --out "$w/dit"
+       --lr 2e-3 --lr-schedule cosine --lr-warmup 5 $([ $dev = cuda ] && echo --cuda-graphs true) --device $dev --out "$w/dit"
 ck=$w/nalasit/checkpoints/0000040
 
 # ---- sample: a grid, and an FID batch interrupted and resumed ----------------------------------
