@@ -45,6 +45,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       transport_(transport_config(cfg)) {
   if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
+  if (cfg.grad_accum > 1 && pg)  // the buckets all-reduce during each backward: a piece's gradients would be reduced alone
+    throw std::invalid_argument("--grad-accum " + std::to_string(cfg.grad_accum) + " needs one process; this run has " + std::to_string(world_) +
+                                " (several processes already split the batch: lower --batch per process instead)");
   if (lr_is_scheduled(cfg) && !trainable_.empty()) {  // the rate from a device tensor, filled before each step
     lr_ = at::zeros({}, trainable_.front().options().dtype(at::kFloat));  // ()
     opt_.set_lr_tensor(lr_);
@@ -94,20 +97,38 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
   at::Tensor drop = mine((at::rand({G}, opts) < model_.config().class_dropout).to(at::kLong));  // label dropout, (B,)
   at::Tensor loss;
   if (buckets_) buckets_->prepare();
-  {
-    AutocastScope ac(bf16_);
-    auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model_.forward(xt, tt, y, drop); };
-    if (cfg_.objective == "ddpm") {
-      at::Tensor t = mine(at::randint(0, diffusion_.num_timesteps(), {G}, opts.dtype(at::kLong)));  // (B,)
-      at::Tensor noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));             // (B, C, h, w)
-      loss = diffusion_.training_losses(fn, x, t, noise).loss.mean();
-    } else {
-      at::Tensor tu = mine(at::rand({G}, opts));                                                   // (B,)
-      at::Tensor x0 = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));                // (B, C, h, w)
-      loss = transport_.training_loss(fn, x, tu, x0).mean();
+  // the step's draws for the whole batch, in the order of an unsplit step, then taken in pieces
+  at::Tensor t, noise;  // ddpm: (B,) timesteps, (B, C, h, w) noise; flow: (B,) times, (B, C, h, w) x0
+  if (cfg_.objective == "ddpm") {
+    t = mine(at::randint(0, diffusion_.num_timesteps(), {G}, opts.dtype(at::kLong)));  // (B,)
+    noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));             // (B, C, h, w)
+  } else {
+    t = mine(at::rand({G}, opts));                                                    // (B,)
+    noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));             // (B, C, h, w)
+  }
+  const int64_t pieces = cfg_.grad_accum, B = x.size(0);
+  if (B % pieces != 0)
+    throw std::invalid_argument("--grad-accum " + std::to_string(pieces) + " does not divide this process's batch of " + std::to_string(B));
+  for (int64_t i = 0; i < pieces; ++i) {
+    // rows [i·B/pieces, (i+1)·B/pieces): every tensor of the step sliced alike (pieces 1: the whole batch)
+    auto part = [&](const at::Tensor& a) { return pieces == 1 ? a : a.narrow(0, i * (B / pieces), B / pieces); };
+    at::Tensor piece_loss;  // () this piece's mean loss
+    {
+      AutocastScope ac(bf16_);
+      const at::Tensor yi = part(y), di = part(drop);  // (B/pieces,)
+      auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model_.forward(xt, tt, yi, di); };
+      if (cfg_.objective == "ddpm") piece_loss = diffusion_.training_losses(fn, part(x), part(t), part(noise)).loss.mean();
+      else piece_loss = transport_.training_loss(fn, part(x), part(t), part(noise)).mean();
+    }
+    if (pieces == 1) {
+      loss = piece_loss;
+      loss.backward();
+    } else {  // the batch's mean loss is the pieces' mean: each piece's gradient scaled by 1/pieces
+      (piece_loss / double(pieces)).backward();
+      const at::Tensor l = piece_loss.detach() / double(pieces);  // ()
+      loss = loss.defined() ? loss + l : l;
     }
   }
-  loss.backward();
   if (buckets_) buckets_->finish();
   std::vector<at::Tensor> gs;
   for (auto& p : trainable_)

@@ -1,5 +1,5 @@
 // One optimisation step of DiT train.py's recipe (docs/reference.md §4) on one process's share of
-// the global batch: the objective's loss under bf16 autocast on CUDA, backward with the gradient
+// the global batch (with --grad-accum N, in N equal pieces whose gradients add up to the batch's): the objective's loss under bf16 autocast on CUDA, backward with the gradient
 // all-reduce (train/grad_buckets.h) overlapped or after it,
 // optional clipping, AdamW (skipped inside the fused kernel where the loss or a gradient is not finite; at the
 // step's rate of train/lr_schedule.h) and the EMA update. Everything stays on the device; the host reads the loss back only at log steps.

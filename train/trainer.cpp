@@ -141,7 +141,8 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   if (main_rank) {
     std::cerr << "nala train: " << mc.name << " (" << model->parameter_count() / 1e6 << "M parameters, " << mc.attention << " attention), "
               << cfg.objective << " objective, " << setup.dataset->describe() << "\n  device " << device << (bf16 ? " bf16" : " fp32")
-              << ", global batch " << cfg.global_batch << " on " << world << " process(es), steps " << st.step << " -> " << cfg.steps
+              << ", global batch " << cfg.global_batch << " on " << world << " process(es)"
+              << (cfg.grad_accum > 1 ? " in " + std::to_string(cfg.grad_accum) + " pieces a step" : std::string()) << ", steps " << st.step << " -> " << cfg.steps
               << ", run directory " << out_dir << "\n";
   }
   MetricsLog metrics(out_dir);

@@ -1,7 +1,8 @@
 """Data-parallel training on c10d with Gloo over loopback: two processes under torchrun train the
 same as one process with the same global batch (losses and weights within floating-point
 tolerance); a killed rank ends the job with a clear error, not a hang; a resume needs no shared
-file system (rank 0 sends the checkpoint's state to the others)."""
+file system (rank 0 sends the checkpoint's state to the others); --grad-accum with several
+processes is a clear error."""
 import json
 import os
 import signal
@@ -41,6 +42,14 @@ def test_two_processes_equal_one(tmp):
     worst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
     print("max |weight difference| after 6 steps:", worst)
     assert worst < 1e-4
+
+
+def test_grad_accum_needs_one_process(tmp):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29659", str(BUILD / "nala"), *ARGS, "--grad-accum", "2",
+                        "--out", str(tmp / "two")], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode != 0
+    assert "--grad-accum 2 needs one process; this run has 2" in p.stderr, p.stderr[-3000:]
 
 
 def test_killed_rank_ends_the_job(tmp):

@@ -4,7 +4,7 @@ exactly; a corrupt latest checkpoint is reported and the previous one used; a fa
 (file-size limit, as a full disk) loses nothing already saved; bad flags give clear errors; the
 learning rate of every step under --lr-schedule / --lr-warmup / --lr-end equals torch.optim's
 schedulers' (LinearLR warm-up, then CosineAnnealingLR or LinearLR), and a resume with other --steps
-is refused where the rate decays over them."""
+is refused where the rate decays over them; --grad-accum trains as the whole batch does."""
 import json
 import os
 import resource
@@ -131,6 +131,7 @@ def test_failed_write_loses_nothing(tmp):
     (["--lr-schedule", "step"], "--lr-schedule 'step' (known: constant, cosine, linear)"),
     (["--lr-warmup", "3"], "--lr-warmup must be in [0, --steps 2], got 3"),
     (["--lr-end", "1"], "--lr-end must be in [0, --lr"),
+    (["--grad-accum", "3"], "--grad-accum must be a positive divisor of --batch 16, got 3"),
 ])
 def test_invalid_config_values(tmp, flags, needle):
     p = run("nala", "train", *FAST, "--steps", "2", "--out", tmp / "r", *flags, check=False)
@@ -195,3 +196,19 @@ def test_lr_schedule_equals_torch_schedulers(tmp, schedule, warmup):
         run("nala", "train", *FAST, flags[0], 7, *flags[2:], "--out", tmp / "r")
         p = run("nala", "train", *FAST, *flags, "--out", tmp / "r", check=False)
         assert p.returncode != 0 and "learning-rate schedule decays over them" in p.stderr, p.stderr
+
+
+def test_grad_accum_trains_as_the_whole_batch(tmp):
+    """--grad-accum 4: each step's 16 rows in 4 pieces of 4 give the losses and weights of the
+    unsplit run, within float32 summation order."""
+    from safetensors.numpy import load_file
+    run("nala", "train", *FAST, "--steps", "6", "--ckpt-every", "6", "--out", tmp / "whole")
+    p = run("nala", "train", *FAST, "--steps", "6", "--ckpt-every", "6", "--grad-accum", "4", "--out", tmp / "pieces")
+    a, b = losses(tmp / "whole"), losses(tmp / "pieces")
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    np.testing.assert_allclose([b[s] for s in a], [a[s] for s in a], rtol=1e-5)
+    wa = load_file(tmp / "whole" / "checkpoints" / "0000006" / "model.safetensors")
+    wb = load_file(tmp / "pieces" / "checkpoints" / "0000006" / "model.safetensors")
+    worst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
+    print("max |weight difference| after 6 steps:", worst)
+    assert worst < 1e-5

@@ -1,7 +1,8 @@
 // One training step (train/train_step.h) on a tiny model on the CPU: a step whose gradients are not
 // finite while the loss is changes no weight and reports a NaN loss (which the trainer counts);
 // a finite step after it changes the weights and the optimizer exactly as the same step would
-// without the skipped one; a scheduled learning rate reaches the optimizer as the step's rate.
+// without the skipped one; a scheduled learning rate reaches the optimizer as the step's rate; a
+// batch taken in pieces (--grad-accum) gives the whole batch's step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,6 +134,45 @@ TEST(TrainStep, ScheduledRateIsTheStepsRate) {
     torch::manual_seed(4);
     peak.run(k, x, y);
     EXPECT_FALSE(unchanged(*c.model, pa)) << "step " << k;
+  }
+}
+
+TEST(TrainStep, GradientAccumulationEqualsTheWholeBatch) {
+  // --grad-accum N: the batch in N pieces, each forward and backward alone, equals the step on the
+  // whole batch (the same draws, the gradients summed): loss, gradient norm and weights, within
+  // float32 summation order.
+  for (const char* objective : {"ddpm", "flow"}) {
+    at::Tensor x = at::randn({4, 1, 8, 8}), y = at::tensor({0, 1, 2, 3}, at::kLong);  // (4, 1, 8, 8), (4,)
+    StepSetup w = make(objective);
+    train::TrainStep whole(w.cfg, *w.model, *w.ema, nullptr, false);
+    torch::manual_seed(6);
+    const train::StepResult rw = whole.run(0, x, y);
+    for (const int64_t pieces : {int64_t(2), int64_t(4)}) {
+      StepSetup a = make(objective);
+      a.cfg.grad_accum = pieces;
+      train::TrainStep accum(a.cfg, *a.model, *a.ema, nullptr, false);
+      torch::manual_seed(6);
+      const train::StepResult ra = accum.run(0, x, y);
+      const double lw = rw.loss.item<double>(), la = ra.loss.item<double>();
+      const double nw = rw.grad_norm.item<double>(), na = ra.grad_norm.item<double>();
+      const auto pw = snapshot(*w.model), pa = snapshot(*a.model);
+      double worst = 0;
+      for (size_t i = 0; i < pw.size(); ++i) worst = std::max(worst, (pw[i] - pa[i]).abs().max().item<double>());
+      std::printf("%s, %ld pieces: loss %.7f vs %.7f, gradient norm %.7f vs %.7f, largest weight difference %.2e\n", objective, long(pieces), la, lw,
+                  na, nw, worst);
+      EXPECT_NEAR(la, lw, 1e-6 * std::abs(lw)) << objective << " " << pieces;
+      EXPECT_NEAR(na, nw, 1e-5 * std::abs(nw)) << objective << " " << pieces;
+      EXPECT_LT(worst, 1e-6) << objective << " " << pieces;
+    }
+    StepSetup bad = make(objective);
+    bad.cfg.grad_accum = 3;  // 4 rows in 3 pieces
+    train::TrainStep odd(bad.cfg, *bad.model, *bad.ema, nullptr, false);
+    try {
+      odd.run(0, x, y);
+      ADD_FAILURE() << "3 pieces of 4 rows accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--grad-accum 3 does not divide this process's batch of 4"), std::string::npos) << e.what();
+    }
   }
 }
 
