@@ -65,6 +65,7 @@ void GradBuckets::prepare() {
   waiting_ = size_;
   next_ = 0;
   started_in_backward_ = 0;
+  counting_ = true;
 }
 
 void GradBuckets::mark_ready(size_t k) {
@@ -72,6 +73,7 @@ void GradBuckets::mark_ready(size_t k) {
   if (!params_[k].grad().is_same(views_[k]))
     throw std::runtime_error("data parallel: the gradient of parameter " + std::to_string(k) +
                              " is no longer a view of its bucket (was .grad() replaced during the backward?)");
+  if (!counting_) return;  // an earlier piece of an accumulated step: its gradient stays in the bucket
   if (--waiting_[b] < 0) throw std::runtime_error("data parallel: parameter " + std::to_string(k) + " got two gradients in one backward");
   while (next_ < flat_.size() && waiting_[next_] == 0) {
     start(next_++);

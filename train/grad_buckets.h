@@ -7,7 +7,8 @@
 // in index order so every rank issues the same collectives in the same order. finish() starts the
 // buckets still waiting (parameters that got no gradient this step: theirs stays zero), waits, and
 // divides by the world size. Without overlap (--overlap-grads false) no hooks are registered and
-// finish() starts every bucket after the backward: the same sums, bit for bit.
+// finish() starts every bucket after the backward: the same sums, bit for bit. With gradient
+// accumulation the hooks count only the last piece's backward (set_counting).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -30,6 +31,10 @@ class GradBuckets {
   void prepare();
   // After the backward: the mean gradient over ranks is in every .grad().
   void finish();
+  // Gradient accumulation (several backwards a step): while false, the hooks let gradients accumulate
+  // in the buckets without counting them ready; the last piece's backward runs with it true (the
+  // default after prepare()), so each bucket starts once, holding every piece's sum.
+  void set_counting(bool counting) { counting_ = counting; }
 
   int64_t bucket_count() const { return int64_t(flat_.size()); }
   int64_t started_during_backward() const { return started_in_backward_; }  // buckets of the last step
@@ -47,6 +52,7 @@ class GradBuckets {
   size_t next_ = 0;                    // the next bucket to start
   int64_t started_in_backward_ = 0;
   bool overlap_;
+  bool counting_ = true;
 };
 
 }  // namespace nala::train

@@ -65,7 +65,7 @@ const std::vector<ConfigField>& train_config_fields() {
       {"image_size", "image-size", "image size in pixels", &C::image_size, false},
       {"num_classes", "num-classes", "classes", &C::num_classes, false},
       {"global_batch", "batch", "global batch size", &C::global_batch, false},
-      {"grad_accum", "grad-accum", "one process: take the batch in this many equal pieces, summing their gradients (the same step in less memory)", &C::grad_accum, true},
+      {"grad_accum", "grad-accum", "take each process's batch in this many equal pieces, summing their gradients (the same step in less memory)", &C::grad_accum, true},
       {"steps", "steps", "training steps", &C::steps, true},
       {"lr", "lr", "learning rate", &C::lr, false},
       {"lr_schedule", "lr-schedule", "constant (DiT's), cosine or linear: the rate decays from --lr to --lr-end by the last of --steps", &C::lr_schedule, false},
@@ -176,6 +176,7 @@ void validate(const TrainConfig& c) {
   if (c.global_batch <= 0) bad("--batch must be positive, got " + std::to_string(c.global_batch));
   if (c.grad_accum < 1 || c.global_batch % c.grad_accum != 0)
     bad("--grad-accum must be a positive divisor of --batch " + std::to_string(c.global_batch) + ", got " + std::to_string(c.grad_accum));
+  // (each process's share must divide too: TrainStep checks it, where the world size is known)
   if (c.steps <= 0) bad("--steps must be positive, got " + std::to_string(c.steps));
   if (!(c.lr > 0)) bad("--lr must be positive, got " + std::to_string(c.lr));
   if (c.lr_schedule != "constant" && c.lr_schedule != "cosine" && c.lr_schedule != "linear")

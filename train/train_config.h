@@ -25,7 +25,8 @@ struct TrainConfig {
   int64_t num_classes = 10;
   int64_t global_batch = 64;
   // each process's batch taken in this many equal pieces, forward and backward one at a time, the
-  // gradients summed before the update: the same step in less memory (one process only)
+  // gradients summed (and, with several processes, all-reduced once) before the update: the same
+  // step in less memory
   int64_t grad_accum = 1;
   int64_t steps = 3000;
   double lr = 1e-4, weight_decay = 0.0, grad_clip = 0.0;  // grad_clip 0: off

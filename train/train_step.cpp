@@ -45,9 +45,10 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       transport_(transport_config(cfg)) {
   if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
-  if (cfg.grad_accum > 1 && pg)  // the buckets all-reduce during each backward: a piece's gradients would be reduced alone
-    throw std::invalid_argument("--grad-accum " + std::to_string(cfg.grad_accum) + " needs one process; this run has " + std::to_string(world_) +
-                                " (several processes already split the batch: lower --batch per process instead)");
+  if (cfg.grad_accum < 1 || (cfg.global_batch / world_) % cfg.grad_accum != 0)
+    throw std::invalid_argument("--grad-accum " + std::to_string(cfg.grad_accum) + " does not divide each process's batch of " +
+                                std::to_string(cfg.global_batch / world_) + " (--batch " + std::to_string(cfg.global_batch) + " on " +
+                                std::to_string(world_) + " process(es))");
   if (lr_is_scheduled(cfg) && !trainable_.empty()) {  // the rate from a device tensor, filled before each step
     lr_ = at::zeros({}, trainable_.front().options().dtype(at::kFloat));  // ()
     opt_.set_lr_tensor(lr_);
@@ -120,6 +121,7 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
       if (cfg_.objective == "ddpm") piece_loss = diffusion_.training_losses(fn, part(x), part(t), part(noise)).loss.mean();
       else piece_loss = transport_.training_loss(fn, part(x), part(t), part(noise)).mean();
     }
+    if (buckets_) buckets_->set_counting(i + 1 == pieces);  // the all-reduce waits for the last piece's gradients
     if (pieces == 1) {
       loss = piece_loss;
       loss.backward();

@@ -2,7 +2,7 @@
 same as one process with the same global batch (losses and weights within floating-point
 tolerance); a killed rank ends the job with a clear error, not a hang; a resume needs no shared
 file system (rank 0 sends the checkpoint's state to the others); --grad-accum with several
-processes is a clear error."""
+processes trains as one process on the whole batch does."""
 import json
 import os
 import signal
@@ -44,12 +44,24 @@ def test_two_processes_equal_one(tmp):
     assert worst < 1e-4
 
 
-def test_grad_accum_needs_one_process(tmp):
+def test_grad_accum_on_two_processes_equals_one(tmp):
+    # each rank's 8 rows in 2 pieces of 4, the buckets all-reduced once after the second piece
+    run("nala", *ARGS, "--out", tmp / "one")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29659", str(BUILD / "nala"), *ARGS, "--grad-accum", "2",
                         "--out", str(tmp / "two")], capture_output=True, text=True, timeout=600, env=env)
-    assert p.returncode != 0
-    assert "--grad-accum 2 needs one process; this run has 2" in p.stderr, p.stderr[-3000:]
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "on 2 process(es) in 2 pieces a step" in p.stderr, p.stderr[-3000:]
+    a, b = np.array(losses(tmp / "one")), np.array(losses(tmp / "two"))
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    wa = load_file(tmp / "one" / "checkpoints" / "0000006" / "model.safetensors")
+    wb = load_file(tmp / "two" / "checkpoints" / "0000006" / "model.safetensors")
+    worst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
+    print("2 processes x 2 pieces: max |weight difference| after 6 steps:", worst)
+    assert worst < 1e-4
+    bad = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29661", str(BUILD / "nala"), *ARGS, "--grad-accum", "16",
+                          "--out", str(tmp / "bad")], capture_output=True, text=True, timeout=600, env=env)
+    assert bad.returncode != 0 and "--grad-accum 16 does not divide each process's batch of 8" in bad.stderr, bad.stderr[-3000:]
 
 
 def test_killed_rank_ends_the_job(tmp):

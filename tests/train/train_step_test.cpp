@@ -166,12 +166,19 @@ TEST(TrainStep, GradientAccumulationEqualsTheWholeBatch) {
     }
     StepSetup bad = make(objective);
     bad.cfg.grad_accum = 3;  // 4 rows in 3 pieces
-    train::TrainStep odd(bad.cfg, *bad.model, *bad.ema, nullptr, false);
     try {
-      odd.run(0, x, y);
+      train::TrainStep odd(bad.cfg, *bad.model, *bad.ema, nullptr, false);
       ADD_FAILURE() << "3 pieces of 4 rows accepted";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("--grad-accum 3 does not divide this process's batch of 4"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--grad-accum 3 does not divide each process's batch of 4"), std::string::npos) << e.what();
+    }
+    bad.cfg.grad_accum = 2;  // a batch whose shape changed to 3 rows at run time
+    train::TrainStep two(bad.cfg, *bad.model, *bad.ema, nullptr, false);
+    try {
+      two.run(0, x.narrow(0, 0, 3), y.narrow(0, 0, 3));
+      ADD_FAILURE() << "2 pieces of 3 rows accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--grad-accum 2 does not divide this process's batch of 3"), std::string::npos) << e.what();
     }
   }
 }
