@@ -58,9 +58,9 @@ void CudaGraph::reset() {
 void CudaGraph::capture(const std::function<void()>& step) {
 #ifdef NALA_WITH_CUDA
   reset();
-  // cuBLAS and cuBLASLt keep a workspace per (handle, stream), 32 MiB for cuBLAS on Hopper: the
-  // eager steps' on the current stream, and one the capture allocates for the side stream, which the
-  // graph keeps. The current stream's are released here (an eager call later allocates them again),
+  // LibTorch keeps a cuBLAS and a cuBLASLt workspace per (handle, stream) in its own maps, 32 MiB
+  // for cuBLAS on Hopper: the eager steps' on the current stream, and those the capture allocates
+  // for the side stream, which the graph's kernels use (they stay in the maps past the graph). The current stream's are released here (an eager call later allocates them again),
   // so a graphed training step holds one workspace, as an eager step does. Only the current
   // stream's: another graph's, on its own side stream, stays where its replays expect it.
   release_blas_workspaces(c10::cuda::getCurrentCUDAStream().stream());

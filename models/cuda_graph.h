@@ -10,7 +10,7 @@
 // seed and offset at replay time (and advances the offset), so a replay after manual_seed(s) draws
 // what an eager step after manual_seed(s) draws. Autocast's weight-cast cache is off during capture
 // (the casts become part of the graph). A capture first releases LibTorch's cuBLAS/cuBLASLt
-// workspaces of the current stream (the side stream gets its own, kept by the graph).
+// workspaces of the current stream (the side stream gets its own, which LibTorch's maps keep).
 #pragma once
 #include <functional>
 #include <memory>

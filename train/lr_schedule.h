@@ -1,6 +1,7 @@
 // The learning rate of each training step: DiT's recipe keeps it constant (docs/reference.md §4);
-// a run may warm it up linearly and decay it to a final rate by the last step, so that a run of a
-// fixed length ends at the quality its length allows instead of at a constant rate's noise floor:
+// a run may warm it up linearly and decay it toward a final rate over its steps (reached one step
+// past the last, as torch's schedulers), so that a run of a fixed length ends at the quality its
+// length allows instead of at a constant rate's noise floor:
 //   warm-up  step k < W:  lr · (k + 1) / W
 //   then     p = (k − W) / (S − W)  (S = --steps)
 //            constant  lr;   cosine  lr_end + (lr − lr_end)(1 + cos πp) / 2;   linear  lr − (lr − lr_end) p

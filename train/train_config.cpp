@@ -70,7 +70,7 @@ const std::vector<ConfigField>& train_config_fields() {
       {"lr", "lr", "learning rate", &C::lr, false},
       {"lr_schedule", "lr-schedule", "constant (DiT's), cosine or linear: the rate decays from --lr to --lr-end by the last of --steps", &C::lr_schedule, false},
       {"lr_warmup", "lr-warmup", "steps of a linear warm-up to --lr (0: none)", &C::lr_warmup, false},
-      {"lr_end", "lr-end", "the rate a cosine or linear schedule reaches at the last step", &C::lr_end, false},
+      {"lr_end", "lr-end", "the rate a cosine or linear schedule decays toward (reached one step past the last, as torch's schedulers)", &C::lr_end, false},
       {"weight_decay", "weight-decay", "AdamW weight decay", &C::weight_decay, false},
       {"grad_clip", "grad-clip", "clip the gradient norm (0: off)", &C::grad_clip, false},
       {"ema_decay", "ema-decay", "EMA decay", &C::ema_decay, false},

@@ -5,6 +5,7 @@ file system (rank 0 sends the checkpoint's state to the others); --grad-accum wi
 processes trains as one process on the whole batch does."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,21 +46,26 @@ def test_two_processes_equal_one(tmp):
 
 
 def test_grad_accum_on_two_processes_equals_one(tmp):
-    # each rank's 8 rows in 2 pieces of 4, the buckets all-reduced once after the second piece
+    # each rank's 8 rows in 2 pieces of 4, each bucket all-reduced once, during the second piece's
+    # backward (small buckets: several, started as they fill) or after it (--overlap-grads false)
     run("nala", *ARGS, "--out", tmp / "one")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29659", str(BUILD / "nala"), *ARGS, "--grad-accum", "2",
-                        "--out", str(tmp / "two")], capture_output=True, text=True, timeout=600, env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert "on 2 process(es) in 2 pieces a step" in p.stderr, p.stderr[-3000:]
-    a, b = np.array(losses(tmp / "one")), np.array(losses(tmp / "two"))
-    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
     wa = load_file(tmp / "one" / "checkpoints" / "0000006" / "model.safetensors")
-    wb = load_file(tmp / "two" / "checkpoints" / "0000006" / "model.safetensors")
-    worst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
-    print("2 processes x 2 pieces: max |weight difference| after 6 steps:", worst)
-    assert worst < 1e-4
-    bad = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29661", str(BUILD / "nala"), *ARGS, "--grad-accum", "16",
+    for name, extra, port in (("overlap", ["--bucket-mb", "0.05"], "29659"), ("after", ["--overlap-grads", "false"], "29669")):
+        p = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", port, str(BUILD / "nala"), *ARGS, "--grad-accum", "2", *extra,
+                            "--out", str(tmp / name)], capture_output=True, text=True, timeout=600, env=env)
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "on 2 process(es) in 2 pieces a step" in p.stderr, p.stderr[-3000:]
+        if name == "overlap":
+            m = re.search(r"(\d+) gradient bucket\(s\) of about [0-9.]+ MiB, (\d+) of them all-reduced during the backward", p.stderr)
+            assert m and int(m.group(1)) > 1 and int(m.group(2)) >= 1, p.stderr[-3000:]
+        a, b = np.array(losses(tmp / "one")), np.array(losses(tmp / name))
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+        wb = load_file(tmp / name / "checkpoints" / "0000006" / "model.safetensors")
+        worst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
+        print(f"2 processes x 2 pieces ({name}): max |weight difference| after 6 steps:", worst)
+        assert worst < 1e-4
+    bad = subprocess.run([*torchrun(), "--nproc-per-node", "2", "--master-port", "29671", str(BUILD / "nala"), *ARGS, "--grad-accum", "16",
                           "--out", str(tmp / "bad")], capture_output=True, text=True, timeout=600, env=env)
     assert bad.returncode != 0 and "--grad-accum 16 does not divide each process's batch of 8" in bad.stderr, bad.stderr[-3000:]
 

@@ -204,6 +204,7 @@ def test_grad_accum_trains_as_the_whole_batch(tmp):
     from safetensors.numpy import load_file
     run("nala", "train", *FAST, "--steps", "6", "--ckpt-every", "6", "--out", tmp / "whole")
     p = run("nala", "train", *FAST, "--steps", "6", "--ckpt-every", "6", "--grad-accum", "4", "--out", tmp / "pieces")
+    assert "in 4 pieces a step" in p.stderr, p.stderr
     a, b = losses(tmp / "whole"), losses(tmp / "pieces")
     assert sorted(a) == sorted(b) == list(range(1, 7))
     np.testing.assert_allclose([b[s] for s in a], [a[s] for s in a], rtol=1e-5)

@@ -151,8 +151,16 @@ TEST(TrainStep, GradientAccumulationEqualsTheWholeBatch) {
       StepSetup a = make(objective);
       a.cfg.grad_accum = pieces;
       train::TrainStep accum(a.cfg, *a.model, *a.ema, nullptr, false);
+      int backwards = 0;  // gradients one parameter received: one a piece
+      at::Tensor p = a.model->named_parameters()["blocks.0.mlp.fc1.weight"];
+      const auto hook = p.register_hook([&](const at::Tensor& g) {
+        ++backwards;
+        return g;
+      });
       torch::manual_seed(6);
       const train::StepResult ra = accum.run(0, x, y);
+      p.remove_hook(hook);
+      EXPECT_EQ(backwards, pieces) << objective;
       const double lw = rw.loss.item<double>(), la = ra.loss.item<double>();
       const double nw = rw.grad_norm.item<double>(), na = ra.grad_norm.item<double>();
       const auto pw = snapshot(*w.model), pa = snapshot(*a.model);
