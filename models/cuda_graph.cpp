@@ -60,9 +60,10 @@ void CudaGraph::capture(const std::function<void()>& step) {
   reset();
   // LibTorch keeps a cuBLAS and a cuBLASLt workspace per (handle, stream) in its own maps, 32 MiB
   // for cuBLAS on Hopper: the eager steps' on the current stream, and those the capture allocates
-  // for the side stream, which the graph's kernels use (they stay in the maps past the graph). The current stream's are released here (an eager call later allocates them again),
-  // so a graphed training step holds one workspace, as an eager step does. Only the current
-  // stream's: another graph's, on its own side stream, stays where its replays expect it.
+  // for the side stream, which the graph's kernels use (they stay in the maps past the graph). The
+  // current stream's are released here (an eager call later allocates them again), so a graphed
+  // step holds one set, as an eager step does. Only the current stream's: another graph's, on its
+  // own side stream, stays where its replays expect it.
   release_blas_workspaces(c10::cuda::getCurrentCUDAStream().stream());
   // The graph allocates from a private pool; blocks the eager steps left cached would sit beside
   // it unused (DiT-XL/2 at batch 256: ~80 GB of activations twice does not fit a 141 GB card).

@@ -68,7 +68,7 @@ const std::vector<ConfigField>& train_config_fields() {
       {"grad_accum", "grad-accum", "take each process's batch in this many equal pieces, summing their gradients (the same step in less memory)", &C::grad_accum, true},
       {"steps", "steps", "training steps", &C::steps, true},
       {"lr", "lr", "learning rate", &C::lr, false},
-      {"lr_schedule", "lr-schedule", "constant (DiT's), cosine or linear: the rate decays from --lr to --lr-end by the last of --steps", &C::lr_schedule, false},
+      {"lr_schedule", "lr-schedule", "constant (DiT's), cosine or linear: the rate decays from --lr toward --lr-end over --steps", &C::lr_schedule, false},
       {"lr_warmup", "lr-warmup", "steps of a linear warm-up to --lr (0: none)", &C::lr_warmup, false},
       {"lr_end", "lr-end", "the rate a cosine or linear schedule decays toward (reached one step past the last, as torch's schedulers)", &C::lr_end, false},
       {"weight_decay", "weight-decay", "AdamW weight decay", &C::weight_decay, false},

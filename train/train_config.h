@@ -30,8 +30,8 @@ struct TrainConfig {
   int64_t grad_accum = 1;
   int64_t steps = 3000;
   double lr = 1e-4, weight_decay = 0.0, grad_clip = 0.0;  // grad_clip 0: off
-  // the rate's schedule (train/lr_schedule.h): constant (DiT's), cosine or linear decay to lr_end
-  // by the last step, after a linear warm-up of lr_warmup steps (0: none)
+  // the rate's schedule (train/lr_schedule.h): constant (DiT's), cosine or linear decay toward
+  // lr_end over the steps, after a linear warm-up of lr_warmup steps (0: none)
   std::string lr_schedule = "constant";
   int64_t lr_warmup = 0;
   double lr_end = 0.0;

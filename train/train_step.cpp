@@ -98,18 +98,14 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
   at::Tensor drop = mine((at::rand({G}, opts) < model_.config().class_dropout).to(at::kLong));  // label dropout, (B,)
   at::Tensor loss;
   if (buckets_) buckets_->prepare();
-  // the step's draws for the whole batch, in the order of an unsplit step, then taken in pieces
-  at::Tensor t, noise;  // ddpm: (B,) timesteps, (B, C, h, w) noise; flow: (B,) times, (B, C, h, w) x0
-  if (cfg_.objective == "ddpm") {
-    t = mine(at::randint(0, diffusion_.num_timesteps(), {G}, opts.dtype(at::kLong)));  // (B,)
-    noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));             // (B, C, h, w)
-  } else {
-    t = mine(at::rand({G}, opts));                                                    // (B,)
-    noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));             // (B, C, h, w)
-  }
   const int64_t pieces = cfg_.grad_accum, B = x.size(0);
   if (B % pieces != 0)
     throw std::invalid_argument("--grad-accum " + std::to_string(pieces) + " does not divide this process's batch of " + std::to_string(B));
+  // the step's draws for the whole batch, in the order of an unsplit step, then taken in pieces:
+  // ddpm's timesteps and noise, or flow's times and x0
+  const at::Tensor t = cfg_.objective == "ddpm" ? mine(at::randint(0, diffusion_.num_timesteps(), {G}, opts.dtype(at::kLong)))  // (B,)
+                                                : mine(at::rand({G}, opts));                                                    // (B,)
+  const at::Tensor noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));                                     // (B, C, h, w)
   for (int64_t i = 0; i < pieces; ++i) {
     // rows [i·B/pieces, (i+1)·B/pieces): every tensor of the step sliced alike (pieces 1: the whole batch)
     auto part = [&](const at::Tensor& a) { return pieces == 1 ? a : a.narrow(0, i * (B / pieces), B / pieces); };
@@ -122,14 +118,10 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
       else piece_loss = transport_.training_loss(fn, part(x), part(t), part(noise)).mean();
     }
     if (buckets_) buckets_->set_counting(i + 1 == pieces);  // the all-reduce waits for the last piece's gradients
-    if (pieces == 1) {
-      loss = piece_loss;
-      loss.backward();
-    } else {  // the batch's mean loss is the pieces' mean: each piece's gradient scaled by 1/pieces
-      (piece_loss / double(pieces)).backward();
-      const at::Tensor l = piece_loss.detach() / double(pieces);  // ()
-      loss = loss.defined() ? loss + l : l;
-    }
+    // the batch's mean loss is the pieces' mean: each piece's gradient scaled by 1/pieces
+    const at::Tensor scaled = pieces == 1 ? piece_loss : piece_loss / double(pieces);  // ()
+    scaled.backward();
+    loss = i == 0 ? scaled.detach() : loss + scaled.detach();
   }
   if (buckets_) buckets_->finish();
   std::vector<at::Tensor> gs;
