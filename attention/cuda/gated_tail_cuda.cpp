@@ -87,7 +87,8 @@ void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 }  // namespace
 
 int lepe_staging_of(const std::string& v) {
-  if (v.empty() || v == "0" || v == "off") return 0;
+  if (v.empty()) return kStageResidual | kStageDu;  // the default since 2026-12-05: docs/benchmarks.md, thirtieth session
+  if (v == "0" || v == "off") return 0;
   if (v == "residual") return kStageResidual;
   if (v == "du") return kStageDu;
   if (v == "du1") return kStageDu | kStageOneBuffer;

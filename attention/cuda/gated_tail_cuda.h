@@ -11,8 +11,9 @@ namespace nala::attention::cuda {
 
 // Which LePE kernels stage their second input in shared memory with the window (gated_tail_kernels.h
 // kStage*: 1 the forward convolution's residual o, 2 the weight gradient's du, 4 the weight gradient
-// with one buffer a block). NALA_LEPE_STAGED sets it at the first call: 0 / off (the default),
-// residual, du, du1 (one buffer), both / 1, both1; any other value is an error naming it.
+// with one buffer a block). NALA_LEPE_STAGED sets it at the first call: 0 / off (neither staged),
+// residual, du, du1 (one buffer), both / 1 (the default: the tail's forward −15 % on an H100,
+// docs/benchmarks.md), both1; any other value is an error naming it.
 // set_lepe_staged overrides it (the tests run the variants).
 int lepe_staging_of(const std::string& value);
 void set_lepe_staged(int bits);

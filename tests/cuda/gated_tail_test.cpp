@@ -174,7 +174,7 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
 
 // NALA_LEPE_STAGED's and NALA_LN_GATE_BWD_BLOCKS's values, and an error naming a wrong one
 TEST(GatedTailSwitches, Values) {
-  EXPECT_EQ(cuda::lepe_staging_of(""), 0);
+  EXPECT_EQ(cuda::lepe_staging_of(""), cuda::kStageResidual | cuda::kStageDu);  // the default
   EXPECT_EQ(cuda::lepe_staging_of("off"), 0);
   EXPECT_EQ(cuda::lepe_staging_of("0"), 0);
   EXPECT_EQ(cuda::lepe_staging_of("1"), cuda::kStageResidual | cuda::kStageDu);
