@@ -2,7 +2,11 @@
 #include "models/guidance.h"
 #include "ops/block_ops.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -151,11 +155,46 @@ at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const at::T
   return ops::linear(linear, a);                                                           // (N, T, p·p·outC)
 }
 
-PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) {
+namespace {
+std::atomic<int> g_patch_embed_gemm{-1};  // −1: not read from NALA_PATCH_EMBED yet
+}  // namespace
+
+bool patch_embed_gemm_of(const std::string& v) {
+  if (v.empty() || v == "gemm") return true;
+  if (v == "conv") return false;
+  throw std::runtime_error("NALA_PATCH_EMBED='" + v + "' is not one of gemm, conv");
+}
+
+bool patch_embed_gemm() {
+  int s = g_patch_embed_gemm.load();
+  if (s < 0) {
+    const char* v = std::getenv("NALA_PATCH_EMBED");
+    const int from_env = patch_embed_gemm_of(v ? v : "") ? 1 : 0;
+    s = g_patch_embed_gemm.compare_exchange_strong(s, from_env) ? from_env : s;  // a setter in between wins
+  }
+  return s == 1;
+}
+
+void set_patch_embed_gemm(bool on) { g_patch_embed_gemm = on ? 1 : 0; }
+
+PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) : patch_(patch) {
   proj = register_module("proj", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, hidden, patch).stride(patch).bias(true)));
 }
 
-at::Tensor PatchEmbed::forward(const at::Tensor& x) { return proj->forward(x).flatten(2).transpose(1, 2); }  // (N, T, D)
+// The convolution's windows do not overlap, so each token is one patch times the weight. As a
+// convolution (cuDNN, NCHW) the output came out (N, D, T) and was transposed: the sum with pos_embed
+// and every kernel of the first block then read or wrote that strided layout (five strided passes
+// over (N, T, D) and the convolution's own layout changes: ≈ 1.3 ms of a 38.6 ms DiT-S/2 training
+// step on an H100, docs/benchmarks.md, thirtieth session). The GEMM writes (N, T, D) directly.
+at::Tensor PatchEmbed::forward(const at::Tensor& x) {
+  if (!patch_embed_gemm()) return proj->forward(x).flatten(2).transpose(1, 2);  // (N, T, D) strided: NALA_PATCH_EMBED=conv
+  const int64_t p = patch_;
+  TORCH_CHECK(x.dim() == 4 && x.size(2) % p == 0 && x.size(3) % p == 0, "PatchEmbed: input ", x.sizes(), " is not (N, C, H, W) with H and W multiples of ", p);
+  const int64_t n = x.size(0), c = x.size(1), gh = x.size(2) / p, gw = x.size(3) / p;
+  // each patch's values ordered (channel, row, column), as the weight (D, C, p, p) flattens
+  const at::Tensor patches = x.reshape({n, c, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({n, gh * gw, c * p * p});  // (N, T, C·p·p)
+  return ops::linear(patches, proj->weight.flatten(1), proj->bias);                                                          // (N, T, D)
+}
 
 DiT::DiT(const ModelConfig& config) : config_(config) {
   validate(config_);

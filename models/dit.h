@@ -7,6 +7,7 @@
 // SiT: float in [0, 1]), y (N,) class labels; tokens T = (H/p)·(W/p), hidden D.
 #pragma once
 #include <memory>
+#include <string>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -86,11 +87,24 @@ class FinalLayer : public torch::nn::Module {
   torch::nn::Sequential adaLN_modulation{nullptr};
 };
 
+// NALA_PATCH_EMBED: `gemm` (default) runs the patch embedding as a GEMM of the patches, `conv` as
+// the strided convolution (cuDNN on CUDA) with its output transposed, as before 2026-12-05 (kept
+// for the A/B in docs/benchmarks.md, thirtieth session). Read at the first forward; any other value
+// is an error naming it.
+bool patch_embed_gemm();
+void set_patch_embed_gemm(bool on);
+bool patch_embed_gemm_of(const std::string& value);  // NALA_PATCH_EMBED's value ("" the default), or the error
+
 class PatchEmbed : public torch::nn::Module {
  public:
   PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch);
-  at::Tensor forward(const at::Tensor& x);  // (N, C, H, W) -> (N, T, D), tokens row-major
-  torch::nn::Conv2d proj{nullptr};
+  // (N, C, H, W) -> (N, T, D), tokens row-major, contiguous: the p×p convolution with stride p
+  // (DiT's timm PatchEmbed) as one GEMM of the patches, (N·T, C·p·p) · (C·p·p, D) + b
+  at::Tensor forward(const at::Tensor& x);
+  torch::nn::Conv2d proj{nullptr};  // weight (D, C, p, p): the checkpoint's x_embedder.proj
+
+ private:
+  int64_t patch_;
 };
 
 class DiT : public torch::nn::Module {

@@ -114,8 +114,9 @@ at::Tensor tuned_linear(const at::Tensor& x, const at::Tensor& w, const at::Tens
   return at::Tensor();
 }
 
-at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x) {
-  const at::Tensor &w = m.weight, &b = m.bias;
+at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x) { return linear(x, m.weight, m.bias); }
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   const bool training = wants_grad(x, w, b);
   if (!training)
     if (const Fp8Rows* q = fp8_weight(w)) return linear_fp8(x, *q, b);

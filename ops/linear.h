@@ -20,6 +20,9 @@ namespace nala::ops {
 // gradient is wanted.
 at::Tensor linear(const torch::nn::LinearImpl& m, const at::Tensor& x);
 inline at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return linear(*m, x); }
+// The same for parameters not held by a torch::nn::Linear (the patch embedding's convolution weight
+// viewed as (out, in): models/dit.cpp PatchEmbed); b may be undefined.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 // x Wᵀ + b, or GELU(x Wᵀ + b) with gelu, through the timed cuBLASLt algorithm (ops/cuda/gemm_epilogue.h
 // gemm_bias) where NALA_GEMM_TUNE=1 (ops/fused_ops.h gemm_tuned) and it takes the tensors: CUDA, x
 // contiguous in w's dtype (bf16/fp16), sizes multiples of 8, b defined. Undefined otherwise: the

@@ -50,16 +50,23 @@ marks = []
 for line in open(sys.argv[2]):
     d, tm, name = line.split(" ", 2)
     marks.append((datetime.datetime.strptime(d + " " + tm[:12], "%Y/%m/%d %H:%M:%S.%f"), name.strip()))
-print("\n| phase | samples | SM MHz median | SM MHz min | power W median | power W max | °C max | reasons seen (hex bits: count) |")
-print("|---|---|---|---|---|---|---|---|")
+# A phase also holds process start, compilation and graph capture: only its busy samples (the
+# GPU-idle reason bit 0x1 clear, power ≥ half the log's highest) say what clocks a step runs at.
+# Reason bits (nvidia-smi): 0x1 idle, 0x4 software power cap, 0x20/0x40 thermal, 0x8 hardware slowdown.
+pmax = max((x[3] for x in rows), default=0)
+print("\n| phase | samples | busy | SM MHz median (busy) | SM MHz min–max (busy) | power W median (busy) | power W max | °C max | busy with the power cap (0x4) | reasons seen (hex bits: count) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for (t0, name), (t1, _) in zip(marks, marks[1:]):
     r = [x for x in rows if t0 <= x[0] < t1]
     if not r:
-        print(f"| {name} | 0 | | | | | | |"); continue
+        print(f"| {name} | 0 | | | | | | | | |"); continue
     reasons = {}
     for x in r: reasons[x[5]] = reasons.get(x[5], 0) + 1
-    print(f"| {name} | {len(r)} | {statistics.median(x[1] for x in r):.0f} | {min(x[1] for x in r):.0f} | "
-          f"{statistics.median(x[3] for x in r):.0f} | {max(x[3] for x in r):.0f} | {max(x[4] for x in r):.0f} | "
+    busy = [x for x in r if not int(x[5], 16) & 1 and x[3] >= pmax / 2]
+    capped = sum(1 for x in busy if int(x[5], 16) & 4)
+    clk = (f"{statistics.median(x[1] for x in busy):.0f} | {min(x[1] for x in busy):.0f}–{max(x[1] for x in busy):.0f} | "
+           f"{statistics.median(x[3] for x in busy):.0f}") if busy else " | | "
+    print(f"| {name} | {len(r)} | {len(busy)} | {clk} | {max(x[3] for x in r):.0f} | {max(x[4] for x in r):.0f} | {capped} | "
           + ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())) + " |")
 PY
 grep -E "^\||FAILED" "$out/clocks.md" | grep -v -- "---" | cut -c1-170

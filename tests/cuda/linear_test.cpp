@@ -1,5 +1,6 @@
 // The column-sum kernel against a float64 sum, and linear() on CUDA (LinearFn with the kernel for
-// the bias gradient) against at::linear, fp32 and under bf16 autocast as the trainer runs it.
+// the bias gradient) against at::linear, fp32 and under bf16 autocast as the trainer runs it; the
+// patch embedding (a GEMM of the patches through linear()) against cuDNN's strided convolution.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "cuda_test_util.h"
 
+#include "models/dit.h"
 #include "ops/cuda/column_sum.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
@@ -86,4 +88,44 @@ TEST_F(LinearCuda, LinearEqualsAtLinear) {
       EXPECT_LT(rel(f[2], dw_t), bf16 ? 8e-3 : 1e-5);
     }
   }
+}
+
+// models::PatchEmbed on CUDA as the trainer runs it (fused ops on: LinearFn) against the strided
+// convolution it replaces (at::conv2d, flattened and transposed), in fp32 and under bf16 autocast,
+// output and the weight's and bias' gradients, DiT-S/2's sizes at batch 8 and a patch of 4; each
+// error against float64 on the same rounded operands bounded as LinearEqualsAtLinear's.
+TEST_F(LinearCuda, PatchEmbedEqualsTheConvolution) {
+  for (bool bf16 : {false, true})
+    for (int64_t p : {2, 4}) {
+      torch::manual_seed(p);
+      nala::models::set_patch_embed_gemm(true);
+      nala::models::PatchEmbed pe(4, 384, p);
+      pe.to(at::kCUDA);
+      at::Tensor x = at::randn({8, 4, 32, 32}, at::kCUDA), gy = at::randn({8, (32 / p) * (32 / p), 384}, at::kCUDA);
+      auto grads = [&](const at::Tensor& y) {
+        for (auto& q : pe.parameters()) q.mutable_grad() = at::Tensor();
+        (y.to(at::kFloat) * gy).sum().backward();
+        return std::vector<at::Tensor>{y.detach().to(at::kFloat), pe.proj->weight.grad().clone(), pe.proj->bias.grad().clone()};
+      };
+      std::vector<at::Tensor> mine, conv;
+      {
+        nala::test::Autocast ac(bf16);
+        mine = grads(pe.forward(x));
+        conv = grads(at::conv2d(x, pe.proj->weight, pe.proj->bias, {p, p}).flatten(2).transpose(1, 2));
+      }
+      // float64 on the operands as rounded
+      auto r = [&](const at::Tensor& t) { return (bf16 ? t.to(at::kBFloat16) : t).to(at::kDouble); };
+      at::Tensor xd = r(x), wd = r(pe.proj->weight), gd = r(gy);
+      at::Tensor yd = at::conv2d(xd, wd, pe.proj->bias.to(at::kDouble), {p, p}).flatten(2).transpose(1, 2);
+      at::Tensor patches = xd.reshape({8, 4, 32 / p, p, 32 / p, p}).permute({0, 2, 4, 1, 3, 5}).reshape({-1, 4 * p * p});  // (R, C·p·p)
+      at::Tensor dw = gd.reshape({-1, 384}).t().mm(patches).view_as(wd), db = gd.reshape({-1, 384}).sum(0);
+      const double lim = bf16 ? 8e-3 : 1e-5;
+      const at::Tensor truth[] = {yd, dw, db};
+      const char* names[] = {"y", "dw", "db"};
+      for (int i = 0; i < 3; ++i) {
+        const double e = rel(mine[i], truth[i]), ec = rel(conv[i], truth[i]);
+        std::printf("  patch embed %s p %lld %-2s err %.2e (convolution %.2e)\n", bf16 ? "bf16" : "fp32", (long long)p, names[i], e, ec);
+        EXPECT_LT(e, lim) << names[i] << " p " << p;
+      }
+    }
 }

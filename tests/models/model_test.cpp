@@ -127,6 +127,59 @@ TEST(DiT, UnpatchifyLayoutIsPyPxChannel) {
             EXPECT_EQ(img[0][ch][gh * 2 + py][gw * 2 + px].item<float>(), float((gh * 2 + gw) * 12 + (py * 2 + px) * 3 + ch));
 }
 
+// The patch embedding (a GEMM of the patches) equals the strided convolution it stands for
+// (ATen's conv2d, flattened and transposed as timm's PatchEmbed does), in float64: output and the
+// gradients of the input, the weight and the bias, for patch 1, 2, 4 and 8 and 1 or 4 channels;
+// its output is contiguous (the first block reads it in place); a size the patch does not divide
+// is an error naming it.
+TEST(DiT, PatchEmbedEqualsTheStridedConvolution) {
+  set_patch_embed_gemm(true);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  for (int64_t p : {1, 2, 4, 8})
+    for (int64_t C : {1, 4}) {
+      PatchEmbed pe(C, 24, p);
+      pe.to(at::kDouble);
+      torch::manual_seed(p * 10 + C);
+      at::Tensor x = at::randn({3, C, 2 * p, 3 * p}, f64).requires_grad_();  // (N, C, H, W), a 2x3 token grid
+      {
+        torch::NoGradGuard ng;
+        pe.proj->bias.normal_();
+      }
+      at::Tensor gy = at::randn({3, 6, 24}, f64);                            // (N, T, D)
+      at::Tensor y = pe.forward(x);                                          // (N, T, D)
+      EXPECT_TRUE(y.is_contiguous()) << "p " << p;
+      (y * gy).sum().backward();
+      at::Tensor gx = x.grad().clone(), gw = pe.proj->weight.grad().clone(), gb = pe.proj->bias.grad().clone();
+      x.mutable_grad().reset();
+      pe.proj->weight.mutable_grad().reset();
+      pe.proj->bias.mutable_grad().reset();
+      at::Tensor ref = at::conv2d(x, pe.proj->weight, pe.proj->bias, {p, p}).flatten(2).transpose(1, 2);  // (N, T, D)
+      (ref * gy).sum().backward();
+      const std::string what = "p " + std::to_string(p) + " C " + std::to_string(C);
+      EXPECT_TRUE(at::allclose(y, ref, 1e-12, 1e-12)) << what << " output, max diff " << (y - ref).abs().max().item<double>();
+      EXPECT_TRUE(at::allclose(gx, x.grad(), 1e-12, 1e-12)) << what << " input gradient";
+      EXPECT_TRUE(at::allclose(gw, pe.proj->weight.grad(), 1e-12, 1e-12)) << what << " weight gradient";
+      EXPECT_TRUE(at::allclose(gb, pe.proj->bias.grad(), 1e-12, 1e-12)) << what << " bias gradient";
+    }
+  // NALA_PATCH_EMBED: the convolution path (the A/B's other side) is the reference above itself
+  EXPECT_TRUE(patch_embed_gemm_of(""));
+  EXPECT_TRUE(patch_embed_gemm_of("gemm"));
+  EXPECT_FALSE(patch_embed_gemm_of("conv"));
+  try {
+    patch_embed_gemm_of("cudnn");
+    ADD_FAILURE() << "'cudnn' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("NALA_PATCH_EMBED='cudnn'"), std::string::npos) << e.what();
+  }
+  PatchEmbed pe(4, 8, 2);
+  try {
+    pe.forward(at::randn({1, 4, 5, 4}));
+    ADD_FAILURE() << "a 5-row input with patch 2 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DiT, ZeroInitialisedModelOutputsExactlyZero) {
   for (const char* name : {"DiT-S/4", "NaLaSiT-S/4"}) {
     auto c = model_config(name);
