@@ -111,10 +111,9 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
 }
 
 DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
-  TORCH_CHECK(!at::GradMode::is_enabled(), "DiTBlock::forward_chained is for sampling: call it with gradients off");
   auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   const double eps = norm1->options.eps();
-  if (ops::fp8_ln_fused() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
+  if (ops::fp8_ln_fused() && !at::GradMode::is_enabled() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
     // FP8 sampling: each LayerNorm-modulate writes the e4m3 rows the next GEMM reads, as in forward
     ops::ResidualAndFp8Input b;
     {
@@ -252,8 +251,8 @@ at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tens
   at::Tensor h = x_embedder->forward(x) + pos_embed;                                   // (N, T, D)
   at::Tensor cond = t_embedder->forward(t) + y_embedder->forward(y, is_training(), force_drop);  // (N, D)
   at::Tensor out;
-  if (ops::residual_norm_fused() && !at::GradMode::is_enabled()) {
-    // sampling: each gated residual added with the LayerNorm-modulate after it (DiTBlock::forward_chained)
+  if (ops::residual_norm_fused()) {
+    // each gated residual added with the LayerNorm-modulate after it (DiTBlock::forward_chained)
     DiTBlock::PendingResidual p{std::move(h), {}, {}};
     for (auto& b : *blocks) p = b->as<DiTBlock>()->forward_chained(std::move(p), cond, gh, gw);  // the old pending sum freed inside
     out = unpatchify(final_layer->forward_chained(std::move(p), cond), gh, gw);                 // (N, outC, H, W)

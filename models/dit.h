@@ -64,11 +64,12 @@ class DiTBlock : public torch::nn::Module {
   struct PendingResidual {
     at::Tensor x, gate, y;  // (N, T, D), (N, D), (N, T, D)
   };
-  // Sampling with NALA_RESIDUAL_NORM_FUSED=1 (ops/fused_ops.h): forward of in.x + in.gate·in.y with
-  // that sum and each of the block's gated residuals added in one pass with the LayerNorm-modulate
-  // after it (ops::gated_residual_layer_norm_modulate); the block's last gated residual is returned
-  // pending, for the next block or the final layer. Bit for bit forward of the sum. `in` by value:
-  // moved in, its tensors are freed once the sum is made (sampling's peak memory).
+  // With NALA_RESIDUAL_NORM_FUSED=1 (ops/fused_ops.h), sampling and training: forward of
+  // in.x + in.gate·in.y with that sum and each of the block's gated residuals added in one pass with
+  // the LayerNorm-modulate after it (ops::gated_residual_layer_norm_modulate); the block's last gated
+  // residual is returned pending, for the next block or the final layer. Bit for bit forward of the
+  // sum, and in training its gradients. `in` by value: moved in, its tensors are freed once the sum
+  // is made (sampling's peak memory; autograd keeps what the backward needs).
   PendingResidual forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w);
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   std::shared_ptr<attention::TokenMixer> attn;

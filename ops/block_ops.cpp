@@ -28,26 +28,62 @@ tensor_list layer_norm_modulate_backward_aten(const at::Tensor& dout_in, const a
   return {dx.to(x.scalar_type()), dout.sum(1), (dout * xhat).sum(1)};                  // dx, dshift (N, D), dscale (N, D)
 }
 
+// The forward and backward passes of the two operations, each the CUDA kernel where it takes the
+// tensors and the ATen formulas otherwise; shared by their autograd functions and the fused one below.
+// LayerNorm-modulate: {out in out_dtype, mean, rstd (N, T, 1), the statistics when stats}.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ln_modulate_forward(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
+                                                                   at::ScalarType out_dtype, bool stats) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::layer_norm_modulate_supported(x, out_dtype)) return cuda::layer_norm_modulate_forward(x, shift, scale, eps, out_dtype, stats);
+#endif
+  // the plain composition's arithmetic: native_layer_norm is what at::layer_norm runs
+  const int64_t D = x.size(-1);
+  at::Tensor xc = x.is_cuda() ? x.to(at::kFloat) : x;  // under CUDA autocast LayerNorm runs in float32
+  auto [xhat, mean, rstd] = at::native_layer_norm(xc, {D}, {}, {}, eps);                         // (N, T, D), (N, T, 1) ×2
+  return {(xhat * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)).to(out_dtype), mean, rstd};  // (N, T, D)
+}
+
+// {∂L/∂x (x's dtype, plus dres where defined), ∂L/∂shift, ∂L/∂scale (N, D)}
+tensor_list ln_modulate_backward(const at::Tensor& dout, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale,
+                                 const at::Tensor& dres) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::layer_norm_modulate_supported(x, dout.scalar_type())) {
+    auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale, dres);
+    return {dx, dshift, dscale};
+  }
+#endif
+  tensor_list r = layer_norm_modulate_backward_aten(dout, x, mean, rstd, scale);
+  if (dres.defined()) r[0] = r[0] + dres.to(r[0].scalar_type());
+  return r;
+}
+
+// x + gate·y in x's dtype
+at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::gated_residual_supported(x, y)) return cuda::gated_residual_forward(x, gate, y);
+#endif
+  return x + gate.unsqueeze(1) * y;  // (N, T, D), the plain composition
+}
+
+// {∂L/∂y = dout·gate, ∂L/∂gate = Σ_T dout·y (N, D)}, in float32 (float64 for float64) or the kernels' types
+std::pair<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::gated_residual_supported(dout, y)) {
+    auto [dy, dgate] = cuda::gated_residual_backward(dout, gate, y);
+    return {dy, dgate};
+  }
+#endif
+  const at::ScalarType ct = dout.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return {dout.to(ct) * gate.to(ct).unsqueeze(1), (dout.to(ct) * y.to(ct)).sum(1)};  // (N, T, D), (N, D)
+}
+
 struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
   // outputs: the modulated x, and x itself (see layer_norm_modulate_residual)
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
                              int64_t out_dtype_int) {
     const auto out_dtype = at::ScalarType(out_dtype_int);
     const bool grad = x.requires_grad() || shift.requires_grad() || scale.requires_grad();
-    at::Tensor out, mean, rstd;
-#ifdef NALA_WITH_CUDA
-    if (cuda::layer_norm_modulate_supported(x, out_dtype)) {
-      std::tie(out, mean, rstd) = cuda::layer_norm_modulate_forward(x, shift, scale, eps, out_dtype, grad);
-    }
-#endif
-    if (!out.defined()) {
-      // the plain composition's arithmetic: native_layer_norm is what at::layer_norm runs
-      const int64_t D = x.size(-1);
-      at::Tensor xhat;
-      at::Tensor xc = x.is_cuda() ? x.to(at::kFloat) : x;  // under CUDA autocast LayerNorm runs in float32
-      std::tie(xhat, mean, rstd) = at::native_layer_norm(xc, {D}, {}, {}, eps);            // (N, T, D), (N, T, 1) ×2
-      out = (xhat * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)).to(out_dtype);         // (N, T, D)
-    }
+    auto [out, mean, rstd] = ln_modulate_forward(x, shift, scale, eps, out_dtype, grad);
     if (grad) {
       ctx->save_for_backward({x, mean, rstd, scale});
       ctx->saved_data["shift_dtype"] = int64_t(shift.scalar_type());
@@ -61,17 +97,7 @@ struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
     const at::Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3];
     const at::Tensor& dres = grads[1];  // the residual path's gradient (undefined where x was not used so)
     const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(x, x.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
-    tensor_list r;
-#ifdef NALA_WITH_CUDA
-    if (cuda::layer_norm_modulate_supported(x, dout.scalar_type())) {
-      auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale, dres);
-      r = {dx, dshift, dscale};
-    }
-#endif
-    if (r.empty()) {
-      r = layer_norm_modulate_backward_aten(dout, x, mean, rstd, scale);
-      if (dres.defined()) r[0] = r[0] + dres.to(r[0].scalar_type());
-    }
+    const tensor_list r = ln_modulate_backward(dout, x, mean, rstd, scale, dres);
     const auto shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
     return {r[0], r[1].to(shift_dtype), r[2].to(scale.scalar_type()), at::Tensor(), at::Tensor()};
   }
@@ -79,11 +105,7 @@ struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
 
 struct GatedResidualFn : torch::autograd::Function<GatedResidualFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y) {
-    at::Tensor out;
-#ifdef NALA_WITH_CUDA
-    if (cuda::gated_residual_supported(x, y)) out = cuda::gated_residual_forward(x, gate, y);
-#endif
-    if (!out.defined()) out = x + gate.unsqueeze(1) * y;  // (N, T, D), the plain composition
+    const at::Tensor out = gated_residual_forward(x, gate, y);  // (N, T, D)
     if (gate.requires_grad() || y.requires_grad()) ctx->save_for_backward({gate, y});
     ctx->saved_data["x_dtype"] = int64_t(x.scalar_type());
     return out;
@@ -96,16 +118,49 @@ struct GatedResidualFn : torch::autograd::Function<GatedResidualFn> {
     const auto saved = ctx->get_saved_variables();
     if (saved.empty()) return {dout.to(x_dtype), at::Tensor(), at::Tensor()};
     const at::Tensor &gate = saved[0], &y = saved[1];
-    at::Tensor dy, dgate;
-#ifdef NALA_WITH_CUDA
-    if (cuda::gated_residual_supported(dout, y)) std::tie(dy, dgate) = cuda::gated_residual_backward(dout, gate, y);
-#endif
-    if (!dy.defined()) {
-      const at::ScalarType ct = dout.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-      dy = dout.to(ct) * gate.to(ct).unsqueeze(1);         // (N, T, D)
-      dgate = (dout.to(ct) * y.to(ct)).sum(1);             // (N, D)
-    }
+    auto [dy, dgate] = gated_residual_backward(dout, gate, y);
     return {dout.to(x_dtype), dgate.to(gate.scalar_type()), dy.to(y.scalar_type())};
+  }
+};
+
+std::atomic<int64_t> residual_norm_kernel_count{0};
+
+// Training: gated_residual then layer_norm_modulate_residual of the sum as one operation, outputs
+// {modulated, residual}. On CUDA the forward is one kernel (ops/cuda/block_cuda.h
+// residual_layer_norm_modulate_training: the residual stream read once, not written and read back);
+// the backward runs the two operations' backward passes in turn. Every result equals the two
+// operations' bit for bit.
+struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidualLayerNormModulateFn> {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
+                             const at::Tensor& scale, double eps, int64_t out_dtype_int) {
+    const auto out_dtype = at::ScalarType(out_dtype_int);
+    at::Tensor res, out, mean, rstd;
+#ifdef NALA_WITH_CUDA
+    if (cuda::residual_layer_norm_modulate_training_supported(x, y, out_dtype)) {
+      std::tie(res, out, mean, rstd) = cuda::residual_layer_norm_modulate_training(x, gate, y, shift, scale, eps);  // (N, T, D) ×2, (N, T, 1) ×2
+      residual_norm_kernel_count.fetch_add(1, std::memory_order_relaxed);
+    }
+#endif
+    if (!res.defined()) {
+      res = gated_residual_forward(x, gate, y);                                               // (N, T, D)
+      std::tie(out, mean, rstd) = ln_modulate_forward(res, shift, scale, eps, out_dtype, true);  // (N, T, D), (N, T, 1) ×2
+    }
+    ctx->save_for_backward({res, mean, rstd, scale, gate, y});
+    ctx->saved_data["x_dtype"] = int64_t(x.scalar_type());
+    ctx->saved_data["shift_dtype"] = int64_t(shift.scalar_type());
+    ctx->saved_data["out_dtype"] = int64_t(out_dtype);
+    return {out, res};
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &res = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3], &gate = saved[4], &y = saved[5];
+    const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(res, res.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
+    const tensor_list r = ln_modulate_backward(dout, res, mean, rstd, scale, grads[1]);  // ∂L/∂res (the residual path's gradient added), dshift, dscale
+    auto [dy, dgate] = gated_residual_backward(r[0], gate, y);
+    const auto x_dtype = at::ScalarType(ctx->saved_data["x_dtype"].toInt()), shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
+    return {r[0].to(x_dtype), dgate.to(gate.scalar_type()), dy.to(y.scalar_type()), r[1].to(shift_dtype), r[2].to(scale.scalar_type()),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -173,17 +228,20 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
   return GatedResidualFn::apply(x, gate, y);
 }
 
-namespace {
-std::atomic<int64_t> residual_norm_kernel_count{0};
-}  // namespace
-
 int64_t residual_layer_norm_modulate_kernel_calls() { return residual_norm_kernel_count.load(std::memory_order_relaxed); }
 
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                                                         const at::Tensor& scale, double eps) {
-  TORCH_CHECK(!at::GradMode::is_enabled() || !(x.requires_grad() || gate.requires_grad() || y.requires_grad() || shift.requires_grad() ||
-                                               scale.requires_grad()),
-              "gated_residual_layer_norm_modulate is for sampling: no gradient flows through it");
+  const bool grad = at::GradMode::is_enabled() &&
+                    (x.requires_grad() || gate.requires_grad() || y.requires_grad() || shift.requires_grad() || scale.requires_grad());
+  if (grad) {
+    if (!fused_block_ops() || !residual_norm_fused_training()) return layer_norm_modulate_residual(gated_residual(x, gate, y), shift, scale, eps);
+    TORCH_CHECK(x.dim() == 3 && y.sizes() == x.sizes() && gate.dim() == 2 && shift.dim() == 2 && scale.dim() == 2,
+                "gated_residual_layer_norm_modulate: x, y must be (N, T, D) and gate, shift, scale (N, D), got ", x.sizes(), ", ", y.sizes(), ", ",
+                gate.sizes(), ", ", shift.sizes(), ", ", scale.sizes());
+    auto outs = GatedResidualLayerNormModulateFn::apply(x, gate, y, shift, scale, eps, int64_t(fused_result_dtype(x)));
+    return {outs[0], outs[1]};
+  }
 #ifdef NALA_WITH_CUDA
   if (fused_block_ops() && fused_result_dtype(x) == x.scalar_type() && cuda::residual_layer_norm_modulate_supported(x, y)) {
     auto [res, out] = cuda::residual_layer_norm_modulate(x, gate, y, shift, scale, eps);  // (N, T, D) ×2

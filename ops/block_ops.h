@@ -26,13 +26,17 @@ struct ModulatedAndResidual {
 ModulatedAndResidual layer_norm_modulate_residual(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps);
 // The result has the type of x + gate·y (x's dtype for a float32 residual stream).
 at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
-// Sampling (no gradient flows through it): gated_residual(x, gate, y) and layer_norm_modulate of that
-// sum, {modulated, residual}: on CUDA with fused block ops, x and y of one dtype and no autocast, one
-// kernel that reads the sum from registers (ops/cuda/block_cuda.h residual_layer_norm_modulate), equal
-// bit for bit to the two operations, which run everywhere else.
+// gated_residual(x, gate, y) and layer_norm_modulate of that sum, {modulated, residual}, equal bit for
+// bit to the two operations (which run where the kernels do not take the tensors).
+// Sampling (no gradient wanted): on CUDA with fused block ops, x and y of one dtype and no autocast,
+// one kernel that reads the sum from registers (ops/cuda/block_cuda.h residual_layer_norm_modulate).
+// Training: with NALA_RESIDUAL_NORM_TRAIN=1 (ops/fused_ops.h) one autograd operation, whose forward on
+// CUDA is one kernel for x in float32 (or y's dtype) and y in the result's dtype
+// (residual_layer_norm_modulate_training) and whose backward is the two operations' in turn; the
+// residual output's gradient is added in the LayerNorm's backward pass, as layer_norm_modulate_residual's.
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                                                         const at::Tensor& scale, double eps);
-// how many times it has run its one kernel in this process (tests: that the blocks took it)
+// how many times it has run one of its kernels in this process, sampling's or training's (tests: that the blocks took it)
 int64_t residual_layer_norm_modulate_kernel_calls();
 
 // GELU_tanh(y + bias): fc1's bias joined to the activation, so that its backward also gives the

@@ -21,6 +21,7 @@ std::atomic<int> g_fp8_mlp{-1};
 std::atomic<int> g_fp8_ln{-1};
 std::atomic<int> g_fp8_gelu{-1};
 std::atomic<int> g_residual_norm{-1};
+std::atomic<int> g_residual_norm_train{-1};
 std::atomic<int> g_residual_staged{-1};
 std::atomic<int64_t> g_recomputations{0};
 
@@ -88,6 +89,8 @@ bool fp8_fast_gelu() { return read_switch(g_fp8_gelu, "NALA_FP8_FAST_GELU", 1); 
 void set_fp8_fast_gelu(bool on) { g_fp8_gelu = on ? 1 : 0; }
 bool residual_norm_fused() { return read_switch(g_residual_norm, "NALA_RESIDUAL_NORM_FUSED", 1); }
 void set_residual_norm_fused(bool on) { g_residual_norm = on ? 1 : 0; }
+bool residual_norm_fused_training() { return read_switch(g_residual_norm_train, "NALA_RESIDUAL_NORM_TRAIN", 1); }
+void set_residual_norm_fused_training(bool on) { g_residual_norm_train = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
 

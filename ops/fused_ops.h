@@ -104,6 +104,14 @@ void set_fp8_ln_fused(bool on);
 // (docs/benchmarks.md, 2026-12-03, seventeenth session). Any other value is an error.
 bool residual_norm_fused();
 void set_residual_norm_fused(bool on);
+// Training, with NALA_RESIDUAL_NORM_FUSED=1 (which chains the blocks the same way in training):
+// NALA_RESIDUAL_NORM_TRAIN=1 (default) runs each gated residual and the LayerNorm-modulate after it as
+// one autograd operation whose forward is one CUDA kernel (ops/block_ops.h
+// gated_residual_layer_norm_modulate: the float32 residual stream not read back, ≈ 100 MB a residual
+// at DiT-S/2's batch of 256), bit for bit the two operations forward and backward; 0 runs the two
+// operations. Any other value is an error.
+bool residual_norm_fused_training();
+void set_residual_norm_fused_training(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
 // cp.async, the block's samples' gate, shift and scale converted to float there once
 // (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1

@@ -242,6 +242,41 @@ std::pair<at::Tensor, at::Tensor> residual_layer_norm_modulate(const at::Tensor&
   return {res, out};
 }
 
+bool residual_layer_norm_modulate_training_supported(const at::Tensor& x, const at::Tensor& y, at::ScalarType out_dtype) {
+  DType a, b;
+  return x.is_cuda() && y.is_cuda() && x.dim() == 3 && x.sizes() == y.sizes() && x.numel() > 0 && out_dtype == y.scalar_type() &&
+         kernel_dtype(x.scalar_type(), a) && kernel_dtype(y.scalar_type(), b) && residual_layer_norm_modulate_training_supported(a, b, int(x.size(2)));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training(const at::Tensor& x_in, const at::Tensor& gate,
+                                                                                                 const at::Tensor& y_in, const at::Tensor& shift,
+                                                                                                 const at::Tensor& scale, double eps) {
+  TORCH_CHECK(residual_layer_norm_modulate_training_supported(x_in, y_in, y_in.scalar_type()), "residual_layer_norm_modulate_training: the kernel does not take x ",
+              x_in.sizes(), " ", x_in.scalar_type(), " and y ", y_in.sizes(), " ", y_in.scalar_type());
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = rows(x_in), y = rows(y_in);
+  const PerSample g = per_sample(gate, x, "gate"), sh = per_sample(shift, x, "shift"), sc = per_sample(scale, x, "scale");
+  at::Tensor res = at::empty_like(x), out = at::empty_like(y);                     // (N, T, D): x's dtype, y's dtype
+  at::Tensor mean = at::empty({x.size(0), x.size(1), 1}, x.options().dtype(at::kFloat));  // (N, T, 1)
+  at::Tensor rstd = at::empty_like(mean);
+  ResidualNormTrainParams p;
+  p.s = shape_of(x);
+  p.eps = float(eps);
+  p.x_type = dtype_of(x);
+  p.y_type = dtype_of(y);
+  p.x = x.data_ptr();
+  p.y = y.data_ptr();
+  p.gate = g.v;
+  p.shift = sh.v;
+  p.scale = sc.v;
+  p.res = res.data_ptr();
+  p.out = out.data_ptr();
+  p.mean = mean.data_ptr<float>();
+  p.rstd = rstd.data_ptr<float>();
+  launch_residual_layer_norm_modulate_training(p, stream());
+  return {res, out, mean, rstd};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in,
                                                                                      const at::Tensor& shift, const at::Tensor& scale, double eps) {
   TORCH_CHECK(residual_layer_norm_modulate_supported(x_in, y_in), "residual_layer_norm_modulate_quantize: the kernel does not take x ", x_in.sizes(),

@@ -39,6 +39,14 @@ std::pair<at::Tensor, at::Tensor> residual_layer_norm_modulate(const at::Tensor&
 std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y,
                                                                                      const at::Tensor& shift, const at::Tensor& scale, double eps);
 
+// Training: the same pass with x (the float32 residual stream, or y's dtype) and y of their own dtypes,
+// out in y's dtype = out_dtype, and the LayerNorm statistics saved: {res (x's dtype), out, mean, rstd
+// (N, T, 1) float32}, bit for bit gated_residual_forward then layer_norm_modulate_forward(save_stats).
+bool residual_layer_norm_modulate_training_supported(const at::Tensor& x, const at::Tensor& y, at::ScalarType out_dtype);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training(const at::Tensor& x, const at::Tensor& gate,
+                                                                                                 const at::Tensor& y, const at::Tensor& shift,
+                                                                                                 const at::Tensor& scale, double eps);
+
 bool bias_gelu_supported(const at::Tensor& y);
 // y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.
 at::Tensor bias_gelu_forward(const at::Tensor& y, const at::Tensor& bias);

@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_quantize_fwd(const TX
 }
 
 // o = x + gate·y of one row, gate of type V (the sample's vector), loads issued before use (clamped_vec)
-template <typename T, typename V, int NV>
-__device__ __forceinline__ void gated_row(const T* __restrict__ x, const T* __restrict__ y, const V* __restrict__ gate, int64_t row, int D,
+template <typename TX, typename TY, typename V, int NV>
+__device__ __forceinline__ void gated_row(const TX* __restrict__ x, const TY* __restrict__ y, const V* __restrict__ gate, int64_t row, int D,
                                           int lane, float (&o)[NV][4]) {
 #pragma unroll
   for (int j = 0; j < NV; ++j) {
@@ -224,6 +224,41 @@ __device__ __forceinline__ void store_residual(T* __restrict__ res, float (&o)[N
   }
 }
 
+// gated_row with one switch on the gate's type
+template <typename TX, typename TY, int NV>
+__device__ __forceinline__ void gated_row_any(const TX* __restrict__ x, const TY* __restrict__ y, const SampleVec& gate, int64_t n, int64_t row,
+                                              int D, int lane, float (&o)[NV][4]) {
+  if (gate.type == DType::BF16) gated_row<TX, TY, __nv_bfloat16, NV>(x, y, static_cast<const __nv_bfloat16*>(gate.p) + n * gate.stride, row, D, lane, o);
+  else if (gate.type == DType::F16) gated_row<TX, TY, __half, NV>(x, y, static_cast<const __half*>(gate.p) + n * gate.stride, row, D, lane, o);
+  else gated_row<TX, TY, float, NV>(x, y, static_cast<const float*>(gate.p) + n * gate.stride, row, D, lane, o);
+}
+
+// Training: r = x + gate·y in TX (y in TY: bf16 branch outputs onto a float32 residual stream under
+// autocast), the LayerNorm-modulate of r in TO, and the row's mean and 1/σ for the backward, in one
+// pass: gated_residual_fwd then ln_modulate_fwd bit for bit (r rounded to TX before the statistics,
+// as ln_modulate_fwd reads it back), with one read of r fewer (ops/block_ops.h
+// gated_residual_layer_norm_modulate under autograd).
+template <typename TX, typename TY, typename TO, int NV>
+__global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_train_fwd(const TX* __restrict__ x, const TY* __restrict__ y, const SampleVec gate,
+                                                                                const SampleVec shift, const SampleVec scale, TX* __restrict__ res,
+                                                                                TO* __restrict__ out, float* __restrict__ mean_out,
+                                                                                float* __restrict__ rstd_out, int64_t rows, int64_t tokens, int D,
+                                                                                float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int64_t n = row / tokens;
+  float o[NV][4], mean, rstd;
+  gated_row_any<TX, TY, NV>(x, y, gate, n, row, D, lane, o);
+  store_residual<TX, NV>(res, o, row, D, lane);
+  modulate_row<NV>(o, shift, scale, n, D, eps, lane, mean, rstd);
+  store_row<TO, NV>(out, o, row, D, lane);
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
 // Sampling: the gated residual r = x + gate·y (stored in T, as gated_residual_fwd computes and rounds
 // it) and the next LayerNorm-modulate of r in the same pass, from r's rounded values in registers:
 // out (or, with q, its e4m3 rows) bit for bit what gated_residual_fwd then ln_modulate_fwd (then
@@ -240,9 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32) residual_ln_modulate_fwd(const T*
   float o[NV][4];
   // o = x + gate·y (gated_residual_fwd's arithmetic), every load issued before the first use
   // (clamped_vec); one switch on the gate's type
-  if (gate.type == DType::BF16) gated_row<T, __nv_bfloat16, NV>(x, y, static_cast<const __nv_bfloat16*>(gate.p) + n * gate.stride, row, D, lane, o);
-  else if (gate.type == DType::F16) gated_row<T, __half, NV>(x, y, static_cast<const __half*>(gate.p) + n * gate.stride, row, D, lane, o);
-  else gated_row<T, float, NV>(x, y, static_cast<const float*>(gate.p) + n * gate.stride, row, D, lane, o);
+  gated_row_any<T, T, NV>(x, y, gate, n, row, D, lane, o);
   store_residual<T, NV>(res, o, row, D, lane);
   float mean, rstd;
   modulate_row<NV>(o, shift, scale, n, D, eps, lane, mean, rstd);
@@ -707,6 +740,24 @@ void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stre
     });
   });
   check_launch("gated_residual + layer_norm_modulate");
+}
+
+bool residual_layer_norm_modulate_training_supported(DType x, DType y, int D) { return gated_residual_supported(x, y, D); }
+
+void launch_residual_layer_norm_modulate_training(const ResidualNormTrainParams& p, void* stream) {
+  const int64_t rows = p.s.N * p.s.T;
+  if (rows == 0) return;
+  const dim3 grid(unsigned((rows + kWarps - 1) / kWarps));
+  with_types(p.x_type, p.y_type, "gated_residual + layer_norm_modulate (training)", [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::T;
+    using TY = typename decltype(ty)::T;  // the result's type too
+    with_nv(p.s.D, [&](auto nv) {
+      residual_ln_modulate_train_fwd<TX, TY, TY, decltype(nv)::value><<<grid, kWarps * 32, 0, cudaStream_t(stream)>>>(
+          static_cast<const TX*>(p.x), static_cast<const TY*>(p.y), p.gate, p.shift, p.scale, static_cast<TX*>(p.res), static_cast<TY*>(p.out),
+          p.mean, p.rstd, rows, p.s.T, p.s.D, p.eps);
+    });
+  });
+  check_launch("gated_residual + layer_norm_modulate (training)");
 }
 
 void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void* stream) {

@@ -82,6 +82,23 @@ struct ResidualNormParams {
   bool staged = false;
 };
 
+// Training: res = x + gate · y (x, res in x_type; y in y_type) and out = LayerNorm(res) · (1 + scale) +
+// shift in y_type, with the statistics the backward reads: the gated residual's and the
+// LayerNorm-modulate's forward kernels bit for bit, one read of res fewer. Type pairs as the gated
+// residual's (x_type == y_type, or x_type float32).
+struct ResidualNormTrainParams {
+  RowShape s;
+  float eps = 1e-6f;
+  DType x_type = DType::F32, y_type = DType::BF16;
+  const void* x = nullptr;
+  const void* y = nullptr;
+  SampleVec gate, shift, scale;
+  void* res = nullptr;
+  void* out = nullptr;
+  float* mean = nullptr;  // (rows,)
+  float* rstd = nullptr;
+};
+
 // out = GELU_tanh(y + bias)   (fc1 of the MLP, DiT models.py uses nn.GELU(approximate="tanh"))
 struct BiasGeluParams {
   int64_t rows = 0;  // y viewed as (rows, F)
@@ -112,6 +129,8 @@ bool residual_layer_norm_modulate_supported(DType t, int D);
 // launches of the staged residual kernel so far (ResidualNormParams::staged): tests see that it ran
 int64_t residual_staged_launches();
 void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stream);
+bool residual_layer_norm_modulate_training_supported(DType x, DType y, int D);
+void launch_residual_layer_norm_modulate_training(const ResidualNormTrainParams& p, void* stream);
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
 void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);
 void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream);

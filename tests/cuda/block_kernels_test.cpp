@@ -425,3 +425,67 @@ TEST_F(BlockKernels, DitForwardChainedEqualsTheBlocks) {
     EXPECT_TRUE(at::equal(chained, blocks)) << name << ": max |difference| " << (chained - blocks).abs().max().item<double>();
   }
 }
+
+// Training's gated residual + LayerNorm-modulate kernel (residual_layer_norm_modulate_training) bit for
+// bit the two kernels it replaces, gated_residual_forward then layer_norm_modulate_forward with the
+// statistics: residual, modulated rows, mean and rstd. The autocast mix (float32 x, bf16 or fp16 y
+// and result), one dtype throughout, awkward sizes (D 72, 17 tokens), gate, shift and scale as
+// strided adaLN chunks in float32 and in bf16.
+TEST_F(BlockKernels, ResidualLayerNormModulateTrainingEqualsTheTwoKernels) {
+  for (auto [xt, yt] : {std::pair{at::kFloat, at::kBFloat16}, {at::kFloat, at::kHalf}, {at::kFloat, at::kFloat}, {at::kBFloat16, at::kBFloat16}})
+    for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 256, 384}, {3, 17, 1152}, {1, 5, 72}, {16, 256, 1536}})
+      for (auto vt : {at::kFloat, at::kBFloat16}) {
+        torch::manual_seed(N * T + D);
+        const at::Tensor x = (at::randn({N, T, D}, at::kCUDA) * 2 + 0.5).to(xt), y = at::randn({N, T, D}, at::kCUDA).to(yt);  // (N, T, D)
+        const auto m = (at::randn({N, 3 * D}, at::kCUDA) * 0.5).to(vt).chunk(3, 1);  // gate, shift, scale: (N, D) strided views
+        ASSERT_TRUE(cuda::residual_layer_norm_modulate_training_supported(x, y, yt)) << xt << " " << yt << " " << D;
+        const auto [res, out, mean, rstd] = cuda::residual_layer_norm_modulate_training(x, m[0], y, m[1], m[2], 1e-6);
+        const at::Tensor res2 = cuda::gated_residual_forward(x, m[0], y);                                           // (N, T, D)
+        const auto [out2, mean2, rstd2] = cuda::layer_norm_modulate_forward(res2, m[1], m[2], 1e-6, yt, true);     // (N, T, D), (N, T, 1) ×2
+        const std::string what = std::string(c10::toString(xt)) + "/" + c10::toString(yt) + " " + std::to_string(N) + "x" + std::to_string(T) + "x" +
+                                 std::to_string(D) + " vectors " + c10::toString(vt);
+        EXPECT_EQ(res.scalar_type(), xt) << what;
+        EXPECT_EQ(out.scalar_type(), yt) << what;
+        EXPECT_TRUE(at::equal(res, res2)) << what;
+        EXPECT_TRUE(at::equal(out, out2)) << what;
+        EXPECT_TRUE(at::equal(mean, mean2)) << what;
+        EXPECT_TRUE(at::equal(rstd, rstd2)) << what;
+      }
+  const at::Tensor x = at::randn({1, 4, 64}, at::kCUDA);
+  EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_supported(x, x.to(at::kBFloat16), at::kFloat));  // the result in y's dtype only
+  EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_supported(x.to(at::kBFloat16), x, at::kFloat));  // a float32 branch onto a bf16 stream
+}
+
+// A DiT-S/2 and a NaLaDiT-S/2 training forward and backward on CUDA with the blocks chained and each
+// gated residual + LayerNorm-modulate one operation (NALA_RESIDUAL_NORM_FUSED=1,
+// NALA_RESIDUAL_NORM_TRAIN=1, the defaults) equal the blocks one by one bit for bit: output and every
+// parameter's gradient, bf16 autocast and float32; the training kernel ran for every gated residual.
+TEST_F(BlockKernels, DitTrainingChainedEqualsTheBlocks) {
+  for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
+    auto [model, x, t, y] = nala::test::perturbed_dit(name);
+    const at::Tensor w = at::randn({8, model->config().out_channels(), 32, 32}, at::kCUDA);
+    for (bool bf16 : {true, false}) {
+      auto step = [&, &model = model, &x = x, &t = t, &y = y](bool chained) {
+        set_residual_norm_fused(chained);
+        model->zero_grad();
+        at::Tensor out;
+        {
+          Autocast ac(bf16);
+          out = model->forward(x, t, y);
+        }
+        (out.to(at::kFloat) * w).mean().backward();
+        std::vector<at::Tensor> g{out.detach().to(at::kFloat).flatten()};
+        for (auto& p : model->parameters())
+          if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
+        return at::cat(g);
+      };
+      const at::Tensor blocks = step(false);
+      const int64_t calls0 = residual_layer_norm_modulate_kernel_calls();
+      const at::Tensor chained = step(true);
+      EXPECT_EQ(residual_layer_norm_modulate_kernel_calls() - calls0, 2 * model->config().depth) << name << (bf16 ? " bf16" : " fp32");
+      EXPECT_TRUE(at::equal(chained, blocks)) << name << (bf16 ? " bf16" : " fp32") << ": max |difference| "
+                                              << (chained - blocks).abs().max().item<double>();
+    }
+  }
+  set_residual_norm_fused(true);
+}

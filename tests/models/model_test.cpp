@@ -332,3 +332,38 @@ TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
   nala::ops::set_residual_norm_fused(true);  // the defaults
   nala::ops::set_fp8_ln_fused(true);
 }
+
+// A training forward and backward with the blocks chained (NALA_RESIDUAL_NORM_FUSED=1: each gated
+// residual and the LayerNorm-modulate after it as one operation, DiTBlock::forward_chained) equals
+// the blocks one by one (=0) bit for bit on the CPU: output and every parameter's gradient, with the
+// one operation (NALA_RESIDUAL_NORM_TRAIN=1) and with the two (=0). Softmax and gated NaLa blocks.
+TEST(DiT, ChainedTrainingStepEqualsTheBlocks) {
+  for (const char* name : {"DiT-S/4", "NaLaSiT-S/4"}) {
+    auto c = model_config(name);
+    c.input_size = 8;
+    torch::manual_seed(3);
+    DiT m(c);
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : m.parameters()) p.add_(at::randn_like(p) * 0.02);  // non-zero adaLN and final layers
+    }
+    m.eval();  // no label dropout
+    const at::Tensor x = at::randn({2, 4, 8, 8}), t = at::tensor({3.0f, 700.0f}), y = at::tensor({1L, 7L});
+    auto step = [&](bool chained, bool one_op) {
+      nala::ops::set_residual_norm_fused(chained);
+      nala::ops::set_residual_norm_fused_training(one_op);
+      m.zero_grad();
+      at::Tensor out = m.forward(x, t, y);
+      (out * out).mean().backward();
+      std::vector<at::Tensor> g{out.detach().flatten()};
+      for (auto& p : m.parameters())
+        if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
+      return at::cat(g);
+    };
+    const at::Tensor blocks = step(false, true), chained = step(true, true), two_ops = step(true, false);
+    nala::ops::set_residual_norm_fused(true);
+    nala::ops::set_residual_norm_fused_training(true);
+    EXPECT_TRUE(at::equal(chained, blocks)) << name << ": max |difference| " << (chained - blocks).abs().max().item<double>();
+    EXPECT_TRUE(at::equal(two_ops, blocks)) << name;
+  }
+}

@@ -179,3 +179,44 @@ TEST(BlockOps, BiasGeluEqualsTheComposition) {
   EXPECT_EQ(bb.grad().scalar_type(), at::kFloat);
   EXPECT_LT(max_rel(bb.grad(), bp), 2e-2);
 }
+
+// The gated residual and the LayerNorm-modulate after it as one training operation
+// (gated_residual_layer_norm_modulate under autograd, NALA_RESIDUAL_NORM_TRAIN=1) against the two
+// operations (=0): both outputs and the five gradients bit for bit, with the residual output feeding
+// the loss and without (the final layer's use); and against autograd of the plain composition in
+// float64. A float32 x with float32 branch vectors too (the CPU's dtype mix).
+TEST(BlockOps, GatedResidualLayerNormModulateTrainingEqualsTheTwoOps) {
+  set_fused_block_ops(true);
+  for (auto dt : {at::kDouble, at::kFloat})
+    for (bool use_residual : {true, false}) {
+      torch::manual_seed(use_residual ? 11 : 12);
+      auto o = at::TensorOptions().dtype(dt);
+      const at::Tensor x0 = at::randn({3, 7, 24}, o), y0 = at::randn({3, 7, 24}, o), v0 = at::randn({3, 72}, o) * 0.5;
+      const at::Tensor w1 = at::randn({3, 7, 24}, o), w2 = at::randn({3, 7, 24}, o);
+      auto run = [&](int mode) {  // 0: the two operations, 1: the one operation, 2: the plain composition
+        at::Tensor x = x0.clone().requires_grad_(true), y = y0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+        const at::Tensor gate = v.narrow(1, 0, 24), shift = v.narrow(1, 24, 24), scale = v.narrow(1, 48, 24);
+        at::Tensor mod, res;
+        if (mode == 2) {
+          res = gated_residual_reference(x, gate, y);
+          mod = layer_norm_modulate_reference(res, shift, scale, 1e-6);
+        } else {
+          set_residual_norm_fused_training(mode == 1);
+          auto r = gated_residual_layer_norm_modulate(x, gate, y, shift, scale, 1e-6);
+          mod = r.modulated, res = r.residual;
+        }
+        at::Tensor loss = (mod * w1).sum();
+        if (use_residual) loss = loss + (at::tanh(res) * w2).sum();
+        loss.backward();
+        set_residual_norm_fused_training(true);
+        return std::vector<at::Tensor>{mod.detach(), res.detach(), x.grad(), y.grad(), v.grad()};
+      };
+      const auto two = run(0), one = run(1), plain = run(2);
+      const char* names[] = {"modulated", "residual", "dx", "dy", "d(gate, shift, scale)"};
+      for (int i = 0; i < 5; ++i) {
+        EXPECT_TRUE(at::equal(one[i], two[i])) << names[i] << " " << dt << (use_residual ? "" : ", residual unused");
+        if (dt == at::kDouble) EXPECT_LT(max_rel(one[i], plain[i]), 1e-12) << names[i] << (use_residual ? "" : ", residual unused");
+      }
+    }
+  EXPECT_TRUE(residual_norm_fused_training());
+}
