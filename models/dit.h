@@ -100,7 +100,8 @@ class PatchEmbed : public torch::nn::Module {
  public:
   PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch);
   // (N, C, H, W) -> (N, T, D), tokens row-major, contiguous: the p×p convolution with stride p
-  // (DiT's timm PatchEmbed) as one GEMM of the patches, (N·T, C·p·p) · (C·p·p, D) + b
+  // (DiT's timm PatchEmbed) as one GEMM of the patches, (N·T, C·p·p) · (C·p·p, D) + b (with
+  // NALA_PATCH_EMBED=conv the convolution itself, its output a strided transpose)
   at::Tensor forward(const at::Tensor& x);
   torch::nn::Conv2d proj{nullptr};  // weight (D, C, p, p): the checkpoint's x_embedder.proj
 

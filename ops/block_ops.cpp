@@ -235,7 +235,11 @@ ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, con
   const bool grad = at::GradMode::is_enabled() &&
                     (x.requires_grad() || gate.requires_grad() || y.requires_grad() || shift.requires_grad() || scale.requires_grad());
   if (grad) {
-    if (!fused_block_ops() || !residual_norm_fused_training()) return layer_norm_modulate_residual(gated_residual(x, gate, y), shift, scale, eps);
+    // the one operation keeps the sum in x's dtype (as the models' float32 stream and autocast give);
+    // a sum that promotes past it goes through the two operations
+    const bool keeps_dtype = at::promote_types(x.scalar_type(), at::promote_types(gate.scalar_type(), y.scalar_type())) == x.scalar_type();
+    if (!fused_block_ops() || !residual_norm_fused_training() || !keeps_dtype)
+      return layer_norm_modulate_residual(gated_residual(x, gate, y), shift, scale, eps);
     TORCH_CHECK(x.dim() == 3 && y.sizes() == x.sizes() && gate.dim() == 2 && shift.dim() == 2 && scale.dim() == 2,
                 "gated_residual_layer_norm_modulate: x, y must be (N, T, D) and gate, shift, scale (N, D), got ", x.sizes(), ", ", y.sizes(), ", ",
                 gate.sizes(), ", ", shift.sizes(), ", ", scale.sizes());

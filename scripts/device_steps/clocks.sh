@@ -46,6 +46,11 @@ for line in open(sys.argv[1]):
         rows.append((t, float(f[1]), float(f[2]), float(f[3]), float(f[4]), f[5]))
     except (ValueError, IndexError):
         pass
+def bits(v):  # the reasons field as an integer; [N/A] or [Not Supported]: none
+    try:
+        return int(v, 16)
+    except ValueError:
+        return 0
 marks = []
 for line in open(sys.argv[2]):
     d, tm, name = line.split(" ", 2)
@@ -62,8 +67,8 @@ for (t0, name), (t1, _) in zip(marks, marks[1:]):
         print(f"| {name} | 0 | | | | | | | | |"); continue
     reasons = {}
     for x in r: reasons[x[5]] = reasons.get(x[5], 0) + 1
-    busy = [x for x in r if not int(x[5], 16) & 1 and x[3] >= pmax / 2]
-    capped = sum(1 for x in busy if int(x[5], 16) & 4)
+    busy = [x for x in r if not bits(x[5]) & 1 and x[3] >= pmax / 2]
+    capped = sum(1 for x in busy if bits(x[5]) & 4)
     clk = (f"{statistics.median(x[1] for x in busy):.0f} | {min(x[1] for x in busy):.0f}–{max(x[1] for x in busy):.0f} | "
            f"{statistics.median(x[3] for x in busy):.0f}") if busy else " | | "
     print(f"| {name} | {len(r)} | {len(busy)} | {clk} | {max(x[3] for x in r):.0f} | {max(x[4] for x in r):.0f} | {capped} | "

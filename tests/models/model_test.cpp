@@ -338,6 +338,7 @@ TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
 // the blocks one by one (=0) bit for bit on the CPU: output and every parameter's gradient, with the
 // one operation (NALA_RESIDUAL_NORM_TRAIN=1) and with the two (=0). Softmax and gated NaLa blocks.
 TEST(DiT, ChainedTrainingStepEqualsTheBlocks) {
+  nala::ops::set_fused_block_ops(true);
   for (const char* name : {"DiT-S/4", "NaLaSiT-S/4"}) {
     auto c = model_config(name);
     c.input_size = 8;

@@ -218,5 +218,13 @@ TEST(BlockOps, GatedResidualLayerNormModulateTrainingEqualsTheTwoOps) {
         if (dt == at::kDouble) EXPECT_LT(max_rel(one[i], plain[i]), 1e-12) << names[i] << (use_residual ? "" : ", residual unused");
       }
     }
+  // a sum that promotes past x's dtype (a bf16 x, float32 gate and branch) keeps the two operations' dtypes
+  const at::Tensor xb = at::randn({2, 5, 8}).to(at::kBFloat16).requires_grad_(true), yf = at::randn({2, 5, 8}).requires_grad_(true);
+  const at::Tensor v = at::randn({2, 24}).requires_grad_(true);
+  auto r = gated_residual_layer_norm_modulate(xb, v.narrow(1, 0, 8), yf, v.narrow(1, 8, 8), v.narrow(1, 16, 8), 1e-6);
+  auto r2 = layer_norm_modulate_residual(gated_residual(xb, v.narrow(1, 0, 8), yf), v.narrow(1, 8, 8), v.narrow(1, 16, 8), 1e-6);
+  EXPECT_EQ(r.residual.scalar_type(), at::kFloat);
+  EXPECT_EQ(r.modulated.scalar_type(), r2.modulated.scalar_type());
+  EXPECT_TRUE(at::equal(r.modulated, r2.modulated));
   EXPECT_TRUE(residual_norm_fused_training());
 }
