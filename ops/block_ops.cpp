@@ -84,6 +84,7 @@ struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
     const auto out_dtype = at::ScalarType(out_dtype_int);
     const bool grad = x.requires_grad() || shift.requires_grad() || scale.requires_grad();
     auto [out, mean, rstd] = ln_modulate_forward(x, shift, scale, eps, out_dtype, grad);
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined (backward handles it)
     if (grad) {
       ctx->save_for_backward({x, mean, rstd, scale});
       ctx->saved_data["shift_dtype"] = int64_t(shift.scalar_type());
@@ -124,12 +125,14 @@ struct GatedResidualFn : torch::autograd::Function<GatedResidualFn> {
 };
 
 std::atomic<int64_t> residual_norm_kernel_count{0};
+std::atomic<int64_t> residual_norm_backward_kernel_count{0};
 
 // Training: gated_residual then layer_norm_modulate_residual of the sum as one operation, outputs
 // {modulated, residual}. On CUDA the forward is one kernel (ops/cuda/block_cuda.h
 // residual_layer_norm_modulate_training: the residual stream read once, not written and read back);
-// the backward runs the two operations' backward passes in turn. Every result equals the two
-// operations' bit for bit.
+// the backward too (residual_layer_norm_modulate_training_backward), else the two operations'
+// backward passes in turn. Every result equals the two operations' bit for bit. Gradients are not
+// materialized: the residual output's is undefined where nothing read it (the last block's).
 struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidualLayerNormModulateFn> {
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                              const at::Tensor& scale, double eps, int64_t out_dtype_int) {
@@ -145,6 +148,7 @@ struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidua
       res = gated_residual_forward(x, gate, y);                                               // (N, T, D)
       std::tie(out, mean, rstd) = ln_modulate_forward(res, shift, scale, eps, out_dtype, true);  // (N, T, D), (N, T, 1) ×2
     }
+    ctx->set_materialize_grads(false);
     ctx->save_for_backward({res, mean, rstd, scale, gate, y});
     ctx->saved_data["x_dtype"] = int64_t(x.scalar_type());
     ctx->saved_data["shift_dtype"] = int64_t(shift.scalar_type());
@@ -156,10 +160,20 @@ struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidua
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &res = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3], &gate = saved[4], &y = saved[5];
     const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(res, res.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
-    const tensor_list r = ln_modulate_backward(dout, res, mean, rstd, scale, grads[1]);  // ∂L/∂res (the residual path's gradient added), dshift, dscale
-    auto [dy, dgate] = gated_residual_backward(r[0], gate, y);
     const auto x_dtype = at::ScalarType(ctx->saved_data["x_dtype"].toInt()), shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
-    return {r[0].to(x_dtype), dgate.to(gate.scalar_type()), dy.to(y.scalar_type()), r[1].to(shift_dtype), r[2].to(scale.scalar_type()),
+    at::Tensor dres, dshift, dscale, dy, dgate;  // ∂L/∂res (the residual path's gradient added), …
+#ifdef NALA_WITH_CUDA
+    if (residual_norm_training_backward_fused() && cuda::residual_layer_norm_modulate_training_backward_supported(res, y, dout.scalar_type())) {
+      std::tie(dres, dshift, dscale, dy, dgate) = cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, scale, grads[1], gate, y);
+      residual_norm_backward_kernel_count.fetch_add(1, std::memory_order_relaxed);
+    }
+#endif
+    if (!dres.defined()) {
+      const tensor_list r = ln_modulate_backward(dout, res, mean, rstd, scale, grads[1]);
+      dres = r[0], dshift = r[1], dscale = r[2];
+      std::tie(dy, dgate) = gated_residual_backward(dres, gate, y);
+    }
+    return {dres.to(x_dtype), dgate.to(gate.scalar_type()), dy.to(y.scalar_type()), dshift.to(shift_dtype), dscale.to(scale.scalar_type()),
             at::Tensor(), at::Tensor()};
   }
 };
@@ -229,6 +243,7 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
 }
 
 int64_t residual_layer_norm_modulate_kernel_calls() { return residual_norm_kernel_count.load(std::memory_order_relaxed); }
+int64_t residual_layer_norm_modulate_backward_kernel_calls() { return residual_norm_backward_kernel_count.load(std::memory_order_relaxed); }
 
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                                                         const at::Tensor& scale, double eps) {

@@ -32,12 +32,17 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
 // one kernel that reads the sum from registers (ops/cuda/block_cuda.h residual_layer_norm_modulate).
 // Training: with NALA_RESIDUAL_NORM_TRAIN=1 (ops/fused_ops.h) one autograd operation, whose forward on
 // CUDA is one kernel for x in float32 (or y's dtype) and y in the result's dtype
-// (residual_layer_norm_modulate_training) and whose backward is the two operations' in turn; the
-// residual output's gradient is added in the LayerNorm's backward pass, as layer_norm_modulate_residual's.
+// (residual_layer_norm_modulate_training) and whose backward on CUDA is one kernel too
+// (residual_layer_norm_modulate_training_backward; NALA_RESIDUAL_NORM_TRAIN_BWD=0: the two operations'
+// backward passes in turn); the residual output's gradient is added in the LayerNorm's backward pass,
+// as layer_norm_modulate_residual's, and where it has none (the last block's sum, which only the final
+// layer reads) none is made up: no zero tensor is allocated and read.
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,
                                                         const at::Tensor& scale, double eps);
 // how many times it has run one of its kernels in this process, sampling's or training's (tests: that the blocks took it)
 int64_t residual_layer_norm_modulate_kernel_calls();
+// how many times training's backward has run as the one kernel (tests: that the backward took it)
+int64_t residual_layer_norm_modulate_backward_kernel_calls();
 
 // GELU_tanh(y + bias): fc1's bias joined to the activation, so that its backward also gives the
 // bias gradient (one pass instead of GELU backward + a column-sum reduction). The result has y's dtype.

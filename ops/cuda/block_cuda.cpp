@@ -277,6 +277,58 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_m
   return {res, out, mean, rstd};
 }
 
+bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& res, const at::Tensor& y, at::ScalarType dout_dtype) {
+  DType a, b;
+  return res.is_cuda() && y.is_cuda() && res.dim() == 3 && res.sizes() == y.sizes() && res.numel() > 0 && dout_dtype == y.scalar_type() &&
+         kernel_dtype(res.scalar_type(), a) && kernel_dtype(y.scalar_type(), b) && residual_layer_norm_modulate_training_backward_supported(a, b, int(res.size(2)));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training_backward(
+    const at::Tensor& dout_in, const at::Tensor& res_in, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in,
+    const at::Tensor& gate, const at::Tensor& y_in) {
+  TORCH_CHECK(residual_layer_norm_modulate_training_backward_supported(res_in, y_in, dout_in.scalar_type()),
+              "residual_layer_norm_modulate_training_backward: the kernel does not take res ", res_in.sizes(), " ", res_in.scalar_type(), ", y ",
+              y_in.sizes(), " ", y_in.scalar_type(), " and a ", dout_in.scalar_type(), " gradient");
+  c10::cuda::CUDAGuard guard(res_in.device());
+  const at::Tensor x = rows(res_in), dout = rows(dout_in), y = rows(y_in);
+  TORCH_CHECK(dout.sizes() == x.sizes(), "gated_residual + layer_norm_modulate backward: grad ", dout.sizes(), " vs res ", x.sizes());
+  LayerNormModulateParams p;
+  p.s = shape_of(x);
+  const PerSample sc = per_sample(scale, x, "scale"), g = per_sample(gate, x, "gate");
+  const at::Tensor mu = mean.to(at::kFloat).contiguous(), rs = rstd.to(at::kFloat).contiguous();
+  TORCH_CHECK(mu.numel() == p.s.N * p.s.T && rs.numel() == mu.numel(), "gated_residual + layer_norm_modulate backward: statistics of ", mu.numel(),
+              " rows, expected ", p.s.N * p.s.T);
+  at::Tensor dres;
+  if (dres_in.defined()) {
+    dres = rows(dres_in.to(x.scalar_type()));
+    TORCH_CHECK(dres.sizes() == x.sizes(), "gated_residual + layer_norm_modulate backward: residual grad ", dres.sizes(), " vs res ", x.sizes());
+  }
+  at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);                               // (N, T, D) ×2
+  at::Tensor ds = at::empty({p.s.N, p.s.chunks(), p.s.D}, x.options().dtype(at::kFloat));  // (N, chunks, D)
+  at::Tensor dh = at::empty_like(ds), dg = at::empty_like(ds);
+  p.x_type = dtype_of(x);
+  p.out_type = dtype_of(dout);
+  p.x = x.data_ptr();
+  p.dout = dout.data_ptr();
+  p.dres = dres.defined() ? dres.data_ptr() : nullptr;
+  p.mean = const_cast<float*>(mu.data_ptr<float>());
+  p.rstd = const_cast<float*>(rs.data_ptr<float>());
+  p.scale = sc.v;
+  p.dx = dx.data_ptr();
+  p.dscale_part = ds.data_ptr<float>();
+  p.dshift_part = dh.data_ptr<float>();
+  GatedResidualParams q;
+  q.s = p.s;
+  q.x_type = p.x_type;
+  q.y_type = dtype_of(y);
+  q.y = y.data_ptr();
+  q.gate = g.v;
+  q.dy = dy.data_ptr();
+  q.dgate_part = dg.data_ptr<float>();
+  launch_residual_layer_norm_modulate_training_backward(p, q, stream());
+  return {dx, sum_chunks(dh), sum_chunks(ds), dy, sum_chunks(dg)};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in,
                                                                                      const at::Tensor& shift, const at::Tensor& scale, double eps) {
   TORCH_CHECK(residual_layer_norm_modulate_supported(x_in, y_in), "residual_layer_norm_modulate_quantize: the kernel does not take x ", x_in.sizes(),

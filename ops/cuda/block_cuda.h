@@ -47,6 +47,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_m
                                                                                                  const at::Tensor& y, const at::Tensor& shift,
                                                                                                  const at::Tensor& scale, double eps);
 
+// Its backward in one kernel: {dx (res's dtype, dres added where defined), dshift, dscale, dy (y's
+// dtype), dgate (N, D) float32}, bit for bit layer_norm_modulate_backward(dout, res, …, dres) then
+// gated_residual_backward(dx, gate, y); dout in y's dtype.
+bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& res, const at::Tensor& y, at::ScalarType dout_dtype);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training_backward(
+    const at::Tensor& dout, const at::Tensor& res, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres,
+    const at::Tensor& gate, const at::Tensor& y);
+
 bool bias_gelu_supported(const at::Tensor& y);
 // y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.
 at::Tensor bias_gelu_forward(const at::Tensor& y, const at::Tensor& bias);

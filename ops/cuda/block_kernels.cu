@@ -380,20 +380,42 @@ __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged
   cp_async_wait<0>();  // never leave a copy in flight (the groups past the end are empty)
 }
 
+// The gated residual's backward folded into the LayerNorm-modulate's (training's one operation,
+// ops/block_ops.cpp GatedResidualLayerNormModulateFn, where x = res = x₀ + gate·y): with d the row's dx
+// as stored (in TX), dy = d·gate (in TY) and dgate = Σ_T d·y, gated_residual_bwd's arithmetic on the
+// same rows in the same order, so the same bits, and dx not read back.
+template <typename TY>
+struct GateBackward {
+  const TY* y = nullptr;
+  SampleVec gate;
+  TY* dy = nullptr;
+  float* dgate_part = nullptr;
+};
+
 // x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
 // dshift = Σ_T dout (ops/block_ops.cpp derives them); dres, where given, is added to dx.
-template <typename TX, typename TO, int NV>
+// GATED: the gated residual's backward too (GateBackward); its dgate sums sit in registers up to
+// NV 6 and in shared memory past it (registers: NV 9 already holds ≈ 5·36 floats a lane).
+template <typename TX, typename TO, int NV, typename TY = TO, bool GATED = false>
 __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
                                                                  const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
                                                                  const SampleVec scale, const TX* __restrict__ dres, TX* __restrict__ dx,
                                                                  float* __restrict__ dscale_part, float* __restrict__ dshift_part,
-                                                                 int64_t T, int D, int rows_per_chunk, int chunks) {
-  extern __shared__ float sm[];  // (kWarps, D)
+                                                                 int64_t T, int D, int rows_per_chunk, int chunks, const GateBackward<TY> gb) {
+  extern __shared__ float sm[];  // (kWarps, D); GATED past NV 6: then the dgate sums (kWarps, D)
+  constexpr bool kGateRegs = NV <= 6;
+  constexpr bool kEarlyY = GATED && NV <= 3;  // y's loads with x's and dout's where the registers allow
+  float* sm_gate = sm + kWarps * D;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = blockIdx.y;
   const int chunk = blockIdx.x;
   const int D4 = D / 4;
   float acc_scale[NV][4] = {}, acc_shift[NV][4] = {};
+  float acc_gate[GATED && kGateRegs ? NV : 1][4] = {};
+  if constexpr (GATED && !kGateRegs) {
+    for (int i = threadIdx.x; i < kWarps * D; i += blockDim.x) sm_gate[i] = 0.f;
+    // each lane reads and writes only its own channels of its warp's row: no barrier needed before the end
+  }
   float sc[NV][4];
 #pragma unroll
   for (int j = 0; j < NV; ++j) load_sample4(scale, n, 4 * clamped_vec(lane, j, D4), sc[j]);
@@ -417,6 +439,10 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
     if (kEarlyRes && dres)
 #pragma unroll
       for (int j = 0; j < NV; ++j) load4(dres + row * D + 4 * clamped_vec(lane, j, D4), res[kEarlyRes ? j : 0]);
+    float yv[kEarlyY ? NV : 1][4];
+    if constexpr (kEarlyY)
+#pragma unroll
+      for (int j = 0; j < NV; ++j) load4(gb.y + row * D + 4 * clamped_vec(lane, j, D4), yv[j]);
     float sg = 0, sgx = 0;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -455,10 +481,48 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
           for (int e = 0; e < 4; ++e) g[j][e] += a[j][e];
       }
     }
+    if constexpr (!GATED) {
 #pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int c = lane + 32 * j;
-      if (c < D4) store4(dx + row * D + 4 * c, g[j]);
+      for (int j = 0; j < NV; ++j) {
+        const int c = lane + 32 * j;
+        if (c < D4) store4(dx + row * D + 4 * c, g[j]);
+      }
+    } else {
+      // dx stored, and g replaced by what was stored: the value gated_residual_bwd would read back
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int c = lane + 32 * j;
+        if (c < D4) store4_rounded(dx + row * D + 4 * c, g[j]);
+      }
+      float b[NV][4];  // y's row (x̂'s registers are free)
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        if constexpr (kEarlyY) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) b[j][e] = yv[j][e];
+        } else {
+          load4(gb.y + row * D + 4 * clamped_vec(lane, j, D4), b[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int c = lane + 32 * j;
+        if (c < D4) {
+          float gv[4], o[4];
+          load_sample4(gb.gate, n, 4 * c, gv);  // the sample's gate: cached after the first row
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[e] = g[j][e] * gv[e];
+          if constexpr (kGateRegs) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_gate[j][e] += g[j][e] * b[j][e];
+          } else {
+            float* acc = sm_gate + warp * D + 4 * c;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[e] += g[j][e] * b[j][e];
+          }
+          store4(gb.dy + row * D + 4 * c, o);
+        }
+      }
     }
   }
   // per-sample sums over this chunk's tokens: warps' partials through shared memory, in warp order
@@ -473,6 +537,16 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
     if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_shift[j]);
   __syncthreads();
   write_partial(sm, dshift_part, n, chunk, chunks, D);
+  if constexpr (GATED) {
+    if constexpr (kGateRegs) {
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < NV; ++j)
+        if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_gate[j]);
+    }
+    __syncthreads();
+    write_partial(kGateRegs ? sm : sm_gate, gb.dgate_part, n, chunk, chunks, D);
+  }
 }
 
 // ---- gated residual ----
@@ -769,10 +843,31 @@ void launch_layer_norm_modulate_backward(const LayerNormModulateParams& p, void*
     with_nv(p.s.D, [&](auto nv) {
       ln_modulate_bwd<TX, TO, decltype(nv)::value><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
           static_cast<const TO*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<const TX*>(p.dres), static_cast<TX*>(p.dx), p.dscale_part,
-          p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks());
+          p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks(), GateBackward<TO>{});
     });
   });
   check_launch("layer_norm_modulate backward");
+}
+
+bool residual_layer_norm_modulate_training_backward_supported(DType x, DType y, int D) { return gated_residual_supported(x, y, D); }
+
+void launch_residual_layer_norm_modulate_training_backward(const LayerNormModulateParams& p, const GatedResidualParams& g, void* stream) {
+  if (p.s.N * p.s.T == 0) return;
+  const dim3 grid(unsigned(p.s.chunks()), unsigned(p.s.N));
+  const int nv = lane_vectors(p.s.D);
+  const size_t smem = size_t(nv <= 6 ? 1 : 2) * kWarps * p.s.D * sizeof(float);  // the dgate sums past NV 6 (ln_modulate_bwd)
+  if (p.out_type != g.y_type) throw std::runtime_error("gated_residual + layer_norm_modulate backward: the result's type must be y's");
+  with_types(p.x_type, g.y_type, "gated_residual + layer_norm_modulate backward", [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::T;
+    using TY = typename decltype(ty)::T;  // dout's type too
+    with_nv(p.s.D, [&](auto nv) {
+      const GateBackward<TY> gb{static_cast<const TY*>(g.y), g.gate, static_cast<TY*>(g.dy), g.dgate_part};
+      ln_modulate_bwd<TX, TY, decltype(nv)::value, TY, true><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
+          static_cast<const TY*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<const TX*>(p.dres), static_cast<TX*>(p.dx),
+          p.dscale_part, p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks(), gb);
+    });
+  });
+  check_launch("gated_residual + layer_norm_modulate backward");
 }
 
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream) {

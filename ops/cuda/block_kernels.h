@@ -131,6 +131,11 @@ int64_t residual_staged_launches();
 void launch_residual_layer_norm_modulate(const ResidualNormParams& p, void* stream);
 bool residual_layer_norm_modulate_training_supported(DType x, DType y, int D);
 void launch_residual_layer_norm_modulate_training(const ResidualNormTrainParams& p, void* stream);
+// Training's backward of the same pass: launch_layer_norm_modulate_backward's p (x = res, dout in
+// p.out_type = g.y_type, dres may be null) and launch_gated_residual_backward's g (y, gate, dy,
+// dgate_part; g.dout unused: dx is p.dx, not read back) in one kernel, the two launches' results bit for bit.
+bool residual_layer_norm_modulate_training_backward_supported(DType x, DType y, int D);
+void launch_residual_layer_norm_modulate_training_backward(const LayerNormModulateParams& p, const GatedResidualParams& g, void* stream);
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream);
 void launch_gated_residual_backward(const GatedResidualParams& p, void* stream);
 void launch_bias_gelu_forward(const BiasGeluParams& p, void* stream);

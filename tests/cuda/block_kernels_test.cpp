@@ -456,6 +456,41 @@ TEST_F(BlockKernels, ResidualLayerNormModulateTrainingEqualsTheTwoKernels) {
   EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_supported(x.to(at::kBFloat16), x, at::kFloat));  // a float32 branch onto a bf16 stream
 }
 
+// Training's backward in one kernel (the gated residual's backward folded into the LayerNorm-modulate's)
+// equals the two backward kernels bit for bit: dx, dshift, dscale, dy, dgate, with and without a
+// residual gradient, at D of every lane-vector count (3, 6, 9 with its dgate sums in shared memory, 12)
+// and T not a multiple of the 32-token chunks.
+TEST_F(BlockKernels, ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels) {
+  for (auto [xt, yt] : {std::pair{at::kFloat, at::kBFloat16}, {at::kFloat, at::kHalf}, {at::kFloat, at::kFloat}, {at::kBFloat16, at::kBFloat16}})
+    for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{2, 256, 384}, {3, 17, 1152}, {1, 5, 72}, {2, 70, 768}, {4, 256, 1536}})
+      for (bool with_dres : {true, false}) {
+        torch::manual_seed(N * T + D + with_dres);
+        const auto vt = with_dres ? at::kBFloat16 : at::kFloat;
+        const at::Tensor res = (at::randn({N, T, D}, at::kCUDA) * 2 + 0.5).to(xt), y = at::randn({N, T, D}, at::kCUDA).to(yt);  // (N, T, D)
+        const at::Tensor dout = at::randn({N, T, D}, at::kCUDA).to(yt);                                                          // (N, T, D)
+        const at::Tensor dres = with_dres ? at::randn({N, T, D}, at::kCUDA).to(xt) : at::Tensor();                              // (N, T, D)
+        const auto m = (at::randn({N, 3 * D}, at::kCUDA) * 0.5).to(vt).chunk(3, 1);  // gate, shift, scale: (N, D) strided views
+        const auto [out, mean, rstd] = cuda::layer_norm_modulate_forward(res, m[1], m[2], 1e-6, yt, true);  // the statistics
+        ASSERT_TRUE(cuda::residual_layer_norm_modulate_training_backward_supported(res, y, yt)) << xt << " " << yt << " " << D;
+        const auto [dx, dshift, dscale, dy, dgate] =
+            cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, m[2], dres, m[0], y);
+        const auto [dx2, dshift2, dscale2] = cuda::layer_norm_modulate_backward(dout, res, mean, rstd, m[2], dres);
+        const auto [dy2, dgate2] = cuda::gated_residual_backward(dx2, m[0], y);
+        const std::string what = std::string(c10::toString(xt)) + "/" + c10::toString(yt) + " " + std::to_string(N) + "x" + std::to_string(T) + "x" +
+                                 std::to_string(D) + (with_dres ? " with dres" : " without dres");
+        EXPECT_EQ(dx.scalar_type(), xt) << what;
+        EXPECT_EQ(dy.scalar_type(), yt) << what;
+        EXPECT_TRUE(at::equal(dx, dx2)) << what;
+        EXPECT_TRUE(at::equal(dshift, dshift2)) << what;
+        EXPECT_TRUE(at::equal(dscale, dscale2)) << what;
+        EXPECT_TRUE(at::equal(dy, dy2)) << what;
+        EXPECT_TRUE(at::equal(dgate, dgate2)) << what << ": max |difference| " << (dgate - dgate2).abs().max().item<double>();
+      }
+  const at::Tensor x = at::randn({1, 4, 64}, at::kCUDA);
+  EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_backward_supported(x, x.to(at::kBFloat16), at::kFloat));  // dout in y's dtype only
+  EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_backward_supported(x.to(at::kBFloat16), x, at::kFloat));  // a float32 y on a bf16 stream
+}
+
 // A DiT-S/2 and a NaLaDiT-S/2 training forward and backward on CUDA with the blocks chained and each
 // gated residual + LayerNorm-modulate one operation (NALA_RESIDUAL_NORM_FUSED=1,
 // NALA_RESIDUAL_NORM_TRAIN=1, the defaults) equal the blocks one by one bit for bit: output and every
@@ -480,9 +515,11 @@ TEST_F(BlockKernels, DitTrainingChainedEqualsTheBlocks) {
         return at::cat(g);
       };
       const at::Tensor blocks = step(false);
-      const int64_t calls0 = residual_layer_norm_modulate_kernel_calls();
+      const int64_t calls0 = residual_layer_norm_modulate_kernel_calls(), bwd0 = residual_layer_norm_modulate_backward_kernel_calls();
       const at::Tensor chained = step(true);
       EXPECT_EQ(residual_layer_norm_modulate_kernel_calls() - calls0, 2 * model->config().depth) << name << (bf16 ? " bf16" : " fp32");
+      // every backward one kernel, the last block's (whose residual output nothing reads: no gradient) included
+      EXPECT_EQ(residual_layer_norm_modulate_backward_kernel_calls() - bwd0, 2 * model->config().depth) << name << (bf16 ? " bf16" : " fp32");
       EXPECT_TRUE(at::equal(chained, blocks)) << name << (bf16 ? " bf16" : " fp32") << ": max |difference| "
                                               << (chained - blocks).abs().max().item<double>();
     }

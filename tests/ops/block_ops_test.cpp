@@ -182,14 +182,16 @@ TEST(BlockOps, BiasGeluEqualsTheComposition) {
 
 // The gated residual and the LayerNorm-modulate after it as one training operation
 // (gated_residual_layer_norm_modulate under autograd, NALA_RESIDUAL_NORM_TRAIN=1) against the two
-// operations (=0): both outputs and the five gradients bit for bit, with the residual output feeding
-// the loss and without (the final layer's use); and against autograd of the plain composition in
+// operations (=0): both outputs and the five gradients bit for bit, with both outputs feeding the loss,
+// the residual output unused (the final layer's use: its gradient stays undefined, the functions do not
+// materialize it) and the modulated output unused; and against autograd of the plain composition in
 // float64. A float32 x with float32 branch vectors too (the CPU's dtype mix).
 TEST(BlockOps, GatedResidualLayerNormModulateTrainingEqualsTheTwoOps) {
   set_fused_block_ops(true);
   for (auto dt : {at::kDouble, at::kFloat})
-    for (bool use_residual : {true, false}) {
-      torch::manual_seed(use_residual ? 11 : 12);
+    for (int uses : {3, 1, 2}) {  // bit 1: the modulated output feeds the loss, bit 2: the residual
+      const bool use_modulated = uses & 1, use_residual = uses & 2;
+      torch::manual_seed(10 + uses);
       auto o = at::TensorOptions().dtype(dt);
       const at::Tensor x0 = at::randn({3, 7, 24}, o), y0 = at::randn({3, 7, 24}, o), v0 = at::randn({3, 72}, o) * 0.5;
       const at::Tensor w1 = at::randn({3, 7, 24}, o), w2 = at::randn({3, 7, 24}, o);
@@ -205,7 +207,7 @@ TEST(BlockOps, GatedResidualLayerNormModulateTrainingEqualsTheTwoOps) {
           auto r = gated_residual_layer_norm_modulate(x, gate, y, shift, scale, 1e-6);
           mod = r.modulated, res = r.residual;
         }
-        at::Tensor loss = (mod * w1).sum();
+        at::Tensor loss = use_modulated ? (mod * w1).sum() : at::zeros({}, o);
         if (use_residual) loss = loss + (at::tanh(res) * w2).sum();
         loss.backward();
         set_residual_norm_fused_training(true);
@@ -214,8 +216,8 @@ TEST(BlockOps, GatedResidualLayerNormModulateTrainingEqualsTheTwoOps) {
       const auto two = run(0), one = run(1), plain = run(2);
       const char* names[] = {"modulated", "residual", "dx", "dy", "d(gate, shift, scale)"};
       for (int i = 0; i < 5; ++i) {
-        EXPECT_TRUE(at::equal(one[i], two[i])) << names[i] << " " << dt << (use_residual ? "" : ", residual unused");
-        if (dt == at::kDouble) EXPECT_LT(max_rel(one[i], plain[i]), 1e-12) << names[i] << (use_residual ? "" : ", residual unused");
+        EXPECT_TRUE(at::equal(one[i], two[i])) << names[i] << " " << dt << " uses " << uses;
+        if (dt == at::kDouble) EXPECT_LT(max_rel(one[i], plain[i]), 1e-12) << names[i] << " uses " << uses;
       }
     }
   // a sum that promotes past x's dtype (a bf16 x, float32 gate and branch) keeps the two operations' dtypes
