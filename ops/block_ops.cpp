@@ -130,8 +130,8 @@ std::atomic<int64_t> residual_norm_backward_kernel_count{0};
 // Training: gated_residual then layer_norm_modulate_residual of the sum as one operation, outputs
 // {modulated, residual}. On CUDA the forward is one kernel (ops/cuda/block_cuda.h
 // residual_layer_norm_modulate_training: the residual stream read once, not written and read back);
-// the backward too (residual_layer_norm_modulate_training_backward), else the two operations'
-// backward passes in turn. Every result equals the two operations' bit for bit. Gradients are not
+// with NALA_RESIDUAL_NORM_TRAIN_BWD=1 the backward too (residual_layer_norm_modulate_training_backward),
+// else the two operations' backward passes in turn. Every result equals the two operations' bit for bit. Gradients are not
 // materialized: the residual output's is undefined where nothing read it (the last block's).
 struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidualLayerNormModulateFn> {
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,

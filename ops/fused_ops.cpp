@@ -92,7 +92,7 @@ bool residual_norm_fused() { return read_switch(g_residual_norm, "NALA_RESIDUAL_
 void set_residual_norm_fused(bool on) { g_residual_norm = on ? 1 : 0; }
 bool residual_norm_fused_training() { return read_switch(g_residual_norm_train, "NALA_RESIDUAL_NORM_TRAIN", 1); }
 void set_residual_norm_fused_training(bool on) { g_residual_norm_train = on ? 1 : 0; }
-bool residual_norm_training_backward_fused() { return read_switch(g_residual_norm_train_bwd, "NALA_RESIDUAL_NORM_TRAIN_BWD", 1); }
+bool residual_norm_training_backward_fused() { return read_switch(g_residual_norm_train_bwd, "NALA_RESIDUAL_NORM_TRAIN_BWD", 0); }
 void set_residual_norm_training_backward_fused(bool on) { g_residual_norm_train_bwd = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }

@@ -112,10 +112,13 @@ void set_residual_norm_fused(bool on);
 // operations. Any other value is an error.
 bool residual_norm_fused_training();
 void set_residual_norm_fused_training(bool on);
-// That operation's backward on CUDA: NALA_RESIDUAL_NORM_TRAIN_BWD=1 (default) runs it as one kernel
+// That operation's backward on CUDA: NALA_RESIDUAL_NORM_TRAIN_BWD=1 runs it as one kernel
 // (ops/cuda/block_kernels.cu ln_modulate_bwd with the gated residual's backward folded in: the
 // residual's gradient dx written once, not read back, ≈ 100 MB a residual at DiT-S/2's batch of 256),
-// bit for bit the two backward kernels, which 0 runs. Any other value is an error.
+// bit for bit the two backward kernels, which 0 (default) runs. Off until its CUDA tests
+// (BlockKernels.ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels, DitTrainingChainedEqualsTheBlocks)
+// have passed on a GPU and a step has timed it: written in the thirty-first session, which was lent no
+// GPU (docs/benchmarks.md). Any other value is an error.
 bool residual_norm_training_backward_fused();
 void set_residual_norm_training_backward_fused(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by

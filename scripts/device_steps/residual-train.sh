@@ -2,9 +2,9 @@
 # Training's gated residual + LayerNorm-modulate as one operation (NALA_RESIDUAL_NORM_TRAIN, ops/fused_ops.h):
 # its CUDA tests (bit for bit the two kernels, forward and backward; a chained DiT-S/2 and NaLaDiT-S/2
 # training step equal to the blocks one by one; the graphed training step), then DiT-S/2 and NaLaDiT-S/2
-# training (batch 256, 256 px, CUDA graphs), one binary, same run: the defaults, the backward as two
-# kernels (NALA_RESIDUAL_NORM_TRAIN_BWD=0), the two operations (NALA_RESIDUAL_NORM_TRAIN=0), the
-# defaults again. One file: residual_train.md.
+# training (batch 256, 256 px, CUDA graphs), one binary, same run: the defaults, the backward as one
+# kernel (NALA_RESIDUAL_NORM_TRAIN_BWD=1), the two operations (NALA_RESIDUAL_NORM_TRAIN=0), the
+# defaults and the one-kernel backward again. One file: residual_train.md.
 #   bash scripts/device_build.sh build residual-train
 out=$1
 n=./build-device/nala
@@ -13,7 +13,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run ./build-device/tests/nala_cuda_tests --gtest_brief=1 \
     --gtest_filter='BlockKernels.ResidualLayerNormModulate*:BlockKernels.Dit*:BlockKernels.DiTStep*:TrainGraph.*'
-  for v in NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=0 NALA_RESIDUAL_NORM_TRAIN=0 NALA_RESIDUAL_NORM_TRAIN=1; do
+  for v in NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1 NALA_RESIDUAL_NORM_TRAIN=0 NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1; do
     echo "$v:"
     run env $v $n bench train --models DiT-S/2,NaLaDiT-S/2 --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
   done

@@ -494,7 +494,8 @@ TEST_F(BlockKernels, ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernel
 // A DiT-S/2 and a NaLaDiT-S/2 training forward and backward on CUDA with the blocks chained and each
 // gated residual + LayerNorm-modulate one operation (NALA_RESIDUAL_NORM_FUSED=1,
 // NALA_RESIDUAL_NORM_TRAIN=1, the defaults) equal the blocks one by one bit for bit: output and every
-// parameter's gradient, bf16 autocast and float32; the training kernel ran for every gated residual.
+// parameter's gradient, bf16 autocast and float32; the training kernel ran for every gated residual. With
+// the backward as the two kernels and as one (NALA_RESIDUAL_NORM_TRAIN_BWD=1, which then ran for every one).
 TEST_F(BlockKernels, DitTrainingChainedEqualsTheBlocks) {
   for (const char* name : {"DiT-S/2", "NaLaDiT-S/2"}) {
     auto [model, x, t, y] = nala::test::perturbed_dit(name);
@@ -515,13 +516,18 @@ TEST_F(BlockKernels, DitTrainingChainedEqualsTheBlocks) {
         return at::cat(g);
       };
       const at::Tensor blocks = step(false);
-      const int64_t calls0 = residual_layer_norm_modulate_kernel_calls(), bwd0 = residual_layer_norm_modulate_backward_kernel_calls();
-      const at::Tensor chained = step(true);
-      EXPECT_EQ(residual_layer_norm_modulate_kernel_calls() - calls0, 2 * model->config().depth) << name << (bf16 ? " bf16" : " fp32");
-      // every backward one kernel, the last block's (whose residual output nothing reads: no gradient) included
-      EXPECT_EQ(residual_layer_norm_modulate_backward_kernel_calls() - bwd0, 2 * model->config().depth) << name << (bf16 ? " bf16" : " fp32");
-      EXPECT_TRUE(at::equal(chained, blocks)) << name << (bf16 ? " bf16" : " fp32") << ": max |difference| "
-                                              << (chained - blocks).abs().max().item<double>();
+      const bool bwd_fused = residual_norm_training_backward_fused();
+      for (bool one_kernel : {false, true}) {  // the backward as the two kernels, then as one (NALA_RESIDUAL_NORM_TRAIN_BWD)
+        set_residual_norm_training_backward_fused(one_kernel);
+        const int64_t calls0 = residual_layer_norm_modulate_kernel_calls(), bwd0 = residual_layer_norm_modulate_backward_kernel_calls();
+        const at::Tensor chained = step(true);
+        const std::string what = std::string(name) + (bf16 ? " bf16" : " fp32") + (one_kernel ? ", backward one kernel" : ", backward two kernels");
+        EXPECT_EQ(residual_layer_norm_modulate_kernel_calls() - calls0, 2 * model->config().depth) << what;
+        // every backward one kernel where asked, the last block's (whose residual output nothing reads: no gradient) included
+        EXPECT_EQ(residual_layer_norm_modulate_backward_kernel_calls() - bwd0, one_kernel ? 2 * model->config().depth : 0) << what;
+        EXPECT_TRUE(at::equal(chained, blocks)) << what << ": max |difference| " << (chained - blocks).abs().max().item<double>();
+      }
+      set_residual_norm_training_backward_fused(bwd_fused);
     }
   }
   set_residual_norm_fused(true);
