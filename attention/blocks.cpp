@@ -23,7 +23,7 @@ at::Tensor TokenMixer::forward_fp8(const ops::Fp8Input&, int64_t, int64_t) {
 }
 
 at::Tensor SoftmaxAttention::forward(const at::Tensor& x, int64_t, int64_t) {
-  return attend_projected(ops::linear(qkv, x), x.size(0), x.size(1), x.size(2));  // (B, N, D)
+  return attend_heads(ops::linear_split_heads(*qkv, x, 3, heads_), x.size(0), x.size(1), x.size(2));  // (B, N, D)
 }
 
 bool SoftmaxAttention::takes_fp8_input() const { return ops::fp8_weight(qkv->weight) != nullptr; }
@@ -36,9 +36,11 @@ at::Tensor SoftmaxAttention::forward_fp8(const ops::Fp8Input& x, int64_t, int64_
 }
 
 at::Tensor SoftmaxAttention::attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D) {
-  const int64_t d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h)
-  const auto t = ops::split_heads(qkv_out.view({B, N, 3, heads_, d}));                              // 3 × (B, N, H, d)
+  return attend_heads(ops::split_heads(qkv_out.view({B, N, 3, heads_, D / heads_})), B, N, D);  // (B, N, D)
+}
+
+at::Tensor SoftmaxAttention::attend_heads(const std::vector<at::Tensor>& t, int64_t B, int64_t N, int64_t D) {
   at::Tensor o = softmax_attention(t[0].transpose(1, 2), t[1].transpose(1, 2), t[2].transpose(1, 2));  // (B, H, N, d)
   return ops::linear(proj, o.transpose(1, 2).reshape({B, N, D}));                           // (B, N, D)
 }
@@ -59,7 +61,7 @@ at::Tensor GatedNalaAttention::forward(const at::Tensor& x, int64_t grid_h, int6
   TORCH_CHECK(N == grid_h * grid_w, "GatedNalaAttention: ", N, " tokens do not fill a ", grid_h, "x", grid_w, " grid");
   if (x.is_cuda() && ops::fused_block_ops() && ops::recompute_saved() && at::GradMode::is_enabled() && proj->weight.requires_grad())
     return forward_recomputing(x, grid_h, grid_w);
-  return mix_projected(ops::linear(qkvg, x), B, N, D, grid_h, grid_w);  // (B, N, D)
+  return mix_heads(ops::linear_split_heads(*qkvg, x, 4, heads_, 2), B, N, D, grid_h, grid_w);  // (B, N, D)
 }
 
 bool GatedNalaAttention::takes_fp8_input() const { return ops::fp8_weight(qkvg->weight) != nullptr; }
@@ -73,10 +75,13 @@ at::Tensor GatedNalaAttention::forward_fp8(const ops::Fp8Input& x, int64_t grid_
 }
 
 at::Tensor GatedNalaAttention::mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w) {
-  const int64_t d = D / heads_;
   // strided views; the backward writes the projection's gradient in one pass (ops/split_heads.h), v's
   // two gradients (attention, LePE) added in it: t[4] is v's second view, for the tail
-  const auto t = ops::split_heads(qkvg_out.view({B, N, 4, heads_, d}), 2);  // 5 × (B, N, H, d) strided views
+  return mix_heads(ops::split_heads(qkvg_out.view({B, N, 4, heads_, D / heads_}), 2), B, N, D, grid_h, grid_w);  // (B, N, D)
+}
+
+// t: q, k, v, g and v's second view, 5 × (B, N, H, d) strided views
+at::Tensor GatedNalaAttention::mix_heads(const std::vector<at::Tensor>& t, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w) {
   at::Tensor q = t[0].transpose(1, 2);                                    // (B, H, N, d) strided view
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)

@@ -6,6 +6,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>
@@ -39,6 +40,7 @@ class SoftmaxAttention : public TokenMixer {
 
  private:
   at::Tensor attend_projected(const at::Tensor& qkv_out, int64_t B, int64_t N, int64_t D);  // (B, N, 3D) -> (B, N, D)
+  at::Tensor attend_heads(const std::vector<at::Tensor>& qkv_parts, int64_t B, int64_t N, int64_t D);  // 3 × (B, N, H, d) -> (B, N, D)
   int64_t heads_;
 };
 
@@ -67,6 +69,7 @@ class GatedNalaAttention : public TokenMixer {
  private:
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t grid_h, int64_t grid_w);
   at::Tensor mix_projected(const at::Tensor& qkvg_out, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w);  // (B, N, 4D) -> (B, N, D)
+  at::Tensor mix_heads(const std::vector<at::Tensor>& parts, int64_t B, int64_t N, int64_t D, int64_t grid_h, int64_t grid_w);  // 5 × (B, N, H, d) -> (B, N, D)
   int64_t heads_;
   GatedNalaConfig cfg_;
 };

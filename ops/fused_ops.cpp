@@ -23,6 +23,7 @@ std::atomic<int> g_fp8_gelu{-1};
 std::atomic<int> g_residual_norm{-1};
 std::atomic<int> g_residual_norm_train{-1};
 std::atomic<int> g_residual_norm_train_bwd{-1};
+std::atomic<int> g_split_heads_bias{-1};
 std::atomic<int> g_residual_staged{-1};
 std::atomic<int64_t> g_recomputations{0};
 
@@ -94,6 +95,8 @@ bool residual_norm_fused_training() { return read_switch(g_residual_norm_train, 
 void set_residual_norm_fused_training(bool on) { g_residual_norm_train = on ? 1 : 0; }
 bool residual_norm_training_backward_fused() { return read_switch(g_residual_norm_train_bwd, "NALA_RESIDUAL_NORM_TRAIN_BWD", 0); }
 void set_residual_norm_training_backward_fused(bool on) { g_residual_norm_train_bwd = on ? 1 : 0; }
+bool split_heads_bias_sums() { return read_switch(g_split_heads_bias, "NALA_SPLIT_HEADS_BIAS", 0); }
+void set_split_heads_bias_sums(bool on) { g_split_heads_bias = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
 

@@ -26,12 +26,7 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
     ctx->save_for_backward({x, w});
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
-    if (gemm_tuned_training() && x.dim() >= 2 && x.is_contiguous()) {  // the timed algorithm (linear_forward)
-      std::vector<int64_t> shape = x.sizes().vec();
-      shape.back() = w.size(0);
-      return linear_forward(x.view({-1, x.size(-1)}), w, b).view(shape);  // (…, out)
-    }
-    return at::linear(x, w, b.to(x.scalar_type()));  // (…, out)
+    return linear_training_forward(x, w, b);  // (…, out)
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -47,11 +42,30 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 
 }  // namespace
 
+namespace {
+bool wants_grad(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
+}
+}  // namespace
+
 at::Tensor column_sum(const at::Tensor& g2) {
 #ifdef NALA_WITH_CUDA
   if (cuda::column_sum_supported(g2)) return cuda::column_sum(g2);
 #endif
   return g2.sum(0, false, g2.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);  // (C)
+}
+
+at::Tensor linear_training_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (gemm_tuned_training() && x.dim() >= 2 && x.is_contiguous()) {  // the timed algorithm (linear_forward)
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    return linear_forward(x.view({-1, x.size(-1)}), w, b).view(shape);  // (…, out)
+  }
+  return at::linear(x, w, b.to(x.scalar_type()));  // (…, out)
+}
+
+bool linear_op_applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() && x.is_cuda() && wants_grad(x, w, b) && fused_block_ops() && x.is_contiguous();
 }
 
 at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& b) {
@@ -90,12 +104,6 @@ at::Tensor linear_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return LinearFn::apply(xc, wc, b);
 }
 
-namespace {
-bool wants_grad(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
-}
-}  // namespace
-
 at::Tensor tuned_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu) {
 #ifdef NALA_WITH_CUDA
   // only where ATen's path would cast nothing (no autocast, one dtype) and the operands share x's device
@@ -122,7 +130,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
     if (const Fp8Rows* q = fp8_weight(w)) return linear_fp8(x, *q, b);
   if (!training)
     if (at::Tensor y = tuned_linear(x, w, b, false); y.defined()) return y;  // (…, out)
-  if (b.defined() && x.is_cuda() && training && fused_block_ops() && x.is_contiguous()) return linear_op(x, w, b);
+  if (linear_op_applies(x, w, b)) return linear_op(x, w, b);
   return at::linear(x, w, b);
 }
 

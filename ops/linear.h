@@ -44,6 +44,11 @@ at::Tensor column_sum(const at::Tensor& g2);
 // (linear_op, the MLP's fc2), through the timed cuBLASLt algorithm where NALA_GEMM_TUNE_TRAIN=1 and the
 // operands allow (ops/cuda/gemm_epilogue.h gemm_bias), else at::linear.
 at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& b);
+// The same for x of any rank (…, in) -> (…, out): linear_op's forward (autocast's casts already made).
+at::Tensor linear_training_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// Whether linear() takes linear_op for these tensors: training on CUDA with the fused block operations,
+// x contiguous, b defined.
+bool linear_op_applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 struct LinearGrads {
   at::Tensor x, w, b;

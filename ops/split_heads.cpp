@@ -1,7 +1,12 @@
 #include "ops/split_heads.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
+
+#include "ops/fused_ops.h"
+#include "ops/linear.h"
 
 #ifdef NALA_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -17,12 +22,12 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 #ifdef NALA_WITH_CUDA
-// grads: the P parts' gradients, then (repeat ≥ 0) the repeated part's second gradient.
-bool gather_on_cuda(const tensor_list& grads, int64_t repeat, const at::Tensor& dst) {
+// The gather kernel's parameters for grads (the P parts' gradients, then (repeat ≥ 0) the repeated
+// part's second gradient) into dst (B, N, P, H, d); false where the kernel does not take the layouts.
+bool gather_params(const tensor_list& grads, int64_t repeat, const at::Tensor& dst, cuda::GatherHeadsParams& p) {
   if (!dst.is_cuda()) return false;
   const int64_t es = dst.element_size();
   if ((dst.size(4) * es) % 16 != 0) return false;
-  cuda::GatherHeadsParams p;
   auto layout_ok = [&](const at::Tensor& g, int64_t (&stride)[3]) {
     if (g.scalar_type() != dst.scalar_type() || g.device() != dst.device() || g.stride(3) != 1 || reinterpret_cast<uintptr_t>(g.data_ptr()) % 16 != 0)
       return false;
@@ -32,6 +37,12 @@ bool gather_on_cuda(const tensor_list& grads, int64_t repeat, const at::Tensor& 
     }
     return true;
   };
+  switch (dst.scalar_type()) {
+    case at::kFloat: p.dtype = cuda::GatherHeadsParams::Dtype::f32; break;
+    case at::kBFloat16: p.dtype = cuda::GatherHeadsParams::Dtype::bf16; break;
+    case at::kHalf: p.dtype = cuda::GatherHeadsParams::Dtype::f16; break;
+    default: return false;
+  }
   const size_t P = size_t(dst.size(2));
   for (size_t i = 0; i < P; ++i) {
     const at::Tensor& g = grads[i];
@@ -41,12 +52,6 @@ bool gather_on_cuda(const tensor_list& grads, int64_t repeat, const at::Tensor& 
   }
   if (repeat >= 0 && grads[P].defined()) {
     if (!layout_ok(grads[P], p.extra_stride)) return false;
-    switch (dst.scalar_type()) {
-      case at::kFloat: p.dtype = cuda::GatherHeadsParams::Dtype::f32; break;
-      case at::kBFloat16: p.dtype = cuda::GatherHeadsParams::Dtype::bf16; break;
-      case at::kHalf: p.dtype = cuda::GatherHeadsParams::Dtype::f16; break;
-      default: return false;
-    }
     p.extra_part = int(repeat);
     p.extra = grads[P].data_ptr();
   }
@@ -57,11 +62,53 @@ bool gather_on_cuda(const tensor_list& grads, int64_t repeat, const at::Tensor& 
   p.H = int(dst.size(3));
   p.d = int(dst.size(4));
   p.element_size = int(es);
-  c10::cuda::CUDAGuard guard(dst.device());
-  cuda::launch_gather_heads(p, at::cuda::getCurrentCUDAStream().stream());
   return true;
 }
 #endif
+
+// dst (B, N, P, H, d) = the parts' gradients in the projection's layout, the repeated part's two added
+// (autograd's sum); with sums, also *sums (P·H·d) float32 = dst's column sums over B·N where the summing
+// kernel takes the layouts (else left undefined: the caller sums dst).
+void gather_grads(const tensor_list& grads, int64_t repeat, const at::Tensor& dst, at::Tensor* sums) {
+#ifdef NALA_WITH_CUDA
+  if (cuda::GatherHeadsParams p; gather_params(grads, repeat, dst, p)) {
+    c10::cuda::CUDAGuard guard(dst.device());
+    if (!sums) {
+      cuda::launch_gather_heads(p, at::cuda::getCurrentCUDAStream().stream());
+      return;
+    }
+    const cuda::GatherSumPlan plan = cuda::gather_heads_sum_plan(p, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+    const int64_t C = dst.size(2) * dst.size(3) * dst.size(4);
+    const auto f32 = dst.options().dtype(at::kFloat);
+    at::Tensor part = at::empty({plan.splits, C}, f32);  // (splits, C)
+    *sums = at::empty({C}, f32);                          // (C)
+    cuda::launch_gather_heads_sum(p, plan, part.data_ptr<float>(), sums->data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+    return;
+  }
+#endif
+  (void)sums;
+  const int64_t P = dst.size(2);
+  for (int64_t i = 0; i < P; ++i) {
+    at::Tensor g = grads[size_t(i)];
+    if (i == repeat && grads[size_t(P)].defined()) g = g.defined() ? g + grads[size_t(P)] : grads[size_t(P)];  // autograd's sum
+    if (g.defined()) dst.select(2, i).copy_(g);
+    else dst.select(2, i).zero_();
+  }
+}
+
+// t (B, N, P, H, d) as P views (B, N, H, d), and the repeated part's second view
+tensor_list part_views(const at::Tensor& t, int64_t repeat) {
+  tensor_list parts = t.unbind(2);                        // P × (B, N, H, d) views
+  if (repeat >= 0) parts.push_back(t.select(2, repeat));  // the repeated part's second view
+  return parts;
+}
+
+// a defined gradient among grads, or undefined where none is
+at::Tensor any_defined(const tensor_list& grads) {
+  for (const auto& g : grads)
+    if (g.defined()) return g;
+  return at::Tensor();
+}
 
 struct SplitHeadsFn : torch::autograd::Function<SplitHeadsFn> {
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& t, int64_t repeat) {
@@ -69,31 +116,48 @@ struct SplitHeadsFn : torch::autograd::Function<SplitHeadsFn> {
     ctx->saved_data["dtype"] = int64_t(t.scalar_type());
     ctx->saved_data["repeat"] = repeat;
     ctx->set_materialize_grads(false);  // an unused part's gradient stays undefined: written as zeros, not read
-    tensor_list parts = t.unbind(2);                // P × (B, N, H, d) views
-    if (repeat >= 0) parts.push_back(t.select(2, repeat));  // the repeated part's second view
-    return parts;
+    return part_views(t, repeat);
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
-    const auto sizes = ctx->saved_data["sizes"].toIntVector();
-    const auto dtype = at::ScalarType(ctx->saved_data["dtype"].toInt());
-    const int64_t repeat = ctx->saved_data["repeat"].toInt();
-    at::Tensor ref;
-    for (const auto& g : grads)
-      if (g.defined()) ref = g;
+    const at::Tensor ref = any_defined(grads);
     if (!ref.defined()) return {at::Tensor(), at::Tensor()};
-    at::Tensor dt = at::empty(sizes, ref.options().dtype(dtype));  // (B, N, P, H, d)
-#ifdef NALA_WITH_CUDA
-    if (gather_on_cuda(grads, repeat, dt)) return {dt, at::Tensor()};
-#endif
-    const int64_t P = sizes[2];
-    for (int64_t i = 0; i < P; ++i) {
-      at::Tensor g = grads[size_t(i)];
-      if (i == repeat && grads[size_t(P)].defined()) g = g.defined() ? g + grads[size_t(P)] : grads[size_t(P)];  // autograd's sum
-      if (g.defined()) dt.select(2, i).copy_(g);
-      else dt.select(2, i).zero_();
-    }
+    at::Tensor dt = at::empty(ctx->saved_data["sizes"].toIntVector(), ref.options().dtype(at::ScalarType(ctx->saved_data["dtype"].toInt())));  // (B, N, P, H, d)
+    gather_grads(grads, ctx->saved_data["repeat"].toInt(), dt, nullptr);
     return {dt, at::Tensor()};
+  }
+};
+
+// linear then split_heads as one operation (x (B, N, D), w (P·H·d, D), b (P·H·d) -> the parts), so that
+// its backward takes the bias gradient from the gather: on CUDA the summing gather kernel adds each
+// column of the gathered gradient on the way, and the column sum's own pass over it (151 MB a DiT-S/2
+// block at batch 256) goes. The GEMMs are linear_op's.
+struct LinearSplitHeadsFn : torch::autograd::Function<LinearSplitHeadsFn> {
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t P, int64_t H, int64_t repeat) {
+    const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
+    const at::Tensor y = linear_training_forward(x, w, b);                                 // (B, N, P·H·d)
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
+    ctx->saved_data["repeat"] = repeat;
+    const std::vector<int64_t> sizes{x.size(0), x.size(1), P, H, w.size(0) / (P * H)};
+    ctx->saved_data["sizes"] = sizes;
+    ctx->set_materialize_grads(false);
+    return part_views(y.view(sizes), repeat);  // P (+1) × (B, N, H, d) views
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const at::Tensor ref = any_defined(grads);
+    if (!ref.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const auto b_dtype = at::ScalarType(ctx->saved_data["b_dtype"].toInt());
+    at::Tensor dt = at::empty(ctx->saved_data["sizes"].toIntVector(), ref.options().dtype(w.scalar_type()));  // (B, N, P, H, d)
+    at::Tensor db;                                                                                       // (P·H·d) float32
+    gather_grads(grads, ctx->saved_data["repeat"].toInt(), dt, ctx->needs_input_grad(2) ? &db : nullptr);
+    const at::Tensor dt2 = dt.view({-1, w.size(0)});                                                     // (R, P·H·d)
+    if (ctx->needs_input_grad(2) && !db.defined()) db = column_sum(dt2);
+    const LinearGrads d = linear_grads(dt2, x.reshape({-1, w.size(1)}), w, b_dtype, ctx->needs_input_grad(0), ctx->needs_input_grad(1), false);
+    return {d.x.defined() ? d.x.view(x.sizes()) : d.x, d.w, db.defined() ? db.to(b_dtype) : db, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -103,6 +167,25 @@ std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part) {
   TORCH_CHECK(t.dim() == 5 && t.size(2) >= 1 && t.size(2) <= 4, "split_heads: expected a (B, N, P, H, d) tensor with P <= 4, got ", t.sizes());
   TORCH_CHECK(repeat_part >= -1 && repeat_part < t.size(2), "split_heads: repeat_part ", repeat_part, " is not a part of ", t.size(2));
   return SplitHeadsFn::apply(t, repeat_part);
+}
+
+std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t parts, int64_t heads,
+                                              int64_t repeat_part) {
+  TORCH_CHECK(x.dim() == 3 && w.dim() == 2 && b.defined() && b.dim() == 1 && x.size(2) == w.size(1) && b.size(0) == w.size(0),
+              "linear_split_heads: x (B, N, D), w (out, D) and b (out) expected, got ", x.sizes(), ", ", w.sizes(), ", ", b.sizes());
+  TORCH_CHECK(parts >= 1 && parts <= 4 && heads >= 1 && w.size(0) % (parts * heads) == 0, "linear_split_heads: ", w.size(0), " outputs are not ", parts,
+              " parts of ", heads, " heads");
+  TORCH_CHECK(repeat_part >= -1 && repeat_part < parts, "linear_split_heads: repeat_part ", repeat_part, " is not a part of ", parts);
+  const at::Tensor xc = autocast_gemm_operand(x), wc = autocast_gemm_operand(w);  // (B, N, D), (out, D)
+  TORCH_CHECK(xc.scalar_type() == wc.scalar_type(), "linear_split_heads: input ", xc.scalar_type(), " and weight ", wc.scalar_type(), " differ");
+  return LinearSplitHeadsFn::apply(xc, wc, b, parts, heads, repeat_part);
+}
+
+std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part) {
+  if (x.dim() == 3 && split_heads_bias_sums() && linear_op_applies(x, m.weight, m.bias))
+    return linear_split_heads_op(x, m.weight, m.bias, parts, heads, repeat_part);  // P (+1) × (B, N, H, d)
+  const at::Tensor y = linear(m, x);                                                   // (B, N, P·H·d)
+  return split_heads(y.view({x.size(0), x.size(1), parts, heads, y.size(2) / (parts * heads)}), repeat_part);
 }
 
 }  // namespace nala::ops

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/nn/modules/linear.h>
 
 namespace nala::ops {
 
@@ -16,5 +17,17 @@ namespace nala::ops {
 // part: a part read by two consumers (the gated NaLa block's v: the attention and LePE) gets its
 // two gradients added inside the same one-pass backward, not by autograd in a pass of its own.
 std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part = -1);
+
+// split_heads of a projection's output x Wᵀ + b viewed as (B, N, P, H, d) (x (B, N, D); m the
+// projection, whose registered parameters it reads). Training on CUDA with NALA_SPLIT_HEADS_BIAS=1
+// (ops/fused_ops.h) it is one autograd operation (linear_split_heads_op) whose backward gathers the parts'
+// gradients and sums the bias gradient in the same pass (ops/cuda/gather_heads.h launch_gather_heads_sum);
+// otherwise ops::linear then split_heads. The same parts either way; the bias gradient within float32
+// rounding of the column sum's (summed in another order).
+std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part = -1);
+// That operation on any device (the CPU tests check it against autograd of at::linear and the split;
+// on the CPU the bias gradient is the column sum of the gathered gradient). b must be defined.
+std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t parts, int64_t heads,
+                                              int64_t repeat_part = -1);
 
 }  // namespace nala::ops

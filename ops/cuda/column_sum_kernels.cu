@@ -97,6 +97,11 @@ void column_sum_plan(ColumnSumParams& p, int sms) {
   p.splits = int((p.R + p.rows_per_block - 1) / p.rows_per_block);
 }
 
+void launch_column_sum_final(const float* part, int splits, int C, float* out, void* stream) {
+  column_sum_final<<<unsigned((C + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(part, splits, C, out);
+  check_launch("column_sum_final");
+}
+
 void launch_column_sum(const ColumnSumParams& p, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   if (p.element_size == 4) launch_typed<float>(p, st);

@@ -20,5 +20,8 @@ struct ColumnSumParams {
 
 void column_sum_plan(ColumnSumParams& p, int sms);  // grid and row ranges for this device
 void launch_column_sum(const ColumnSumParams& p, void* stream);
+// out (C) = Σ_k part (splits, C) in k order: the second stage alone, for kernels that write their
+// own partial column sums (ops/cuda/gather_heads.cu's summing gather)
+void launch_column_sum_final(const float* part, int splits, int C, float* out, void* stream);
 
 }  // namespace nala::ops::cuda

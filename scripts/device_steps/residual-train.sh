@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Training's gated residual + LayerNorm-modulate as one operation (NALA_RESIDUAL_NORM_TRAIN, ops/fused_ops.h):
-# its CUDA tests (bit for bit the two kernels, forward and backward; a chained DiT-S/2 and NaLaDiT-S/2
-# training step equal to the blocks one by one; the graphed training step), then DiT-S/2 and NaLaDiT-S/2
-# training (batch 256, 256 px, CUDA graphs), one binary, same run: the defaults, the backward as one
-# kernel (NALA_RESIDUAL_NORM_TRAIN_BWD=1), the two operations (NALA_RESIDUAL_NORM_TRAIN=0), the
-# defaults and the one-kernel backward again. One file: residual_train.md.
+# Training's fused operations written in the thirty-first session, off by default until timed:
+# the gated residual + LayerNorm-modulate backward as one kernel (NALA_RESIDUAL_NORM_TRAIN_BWD=1) and
+# the qkv projection's bias gradient summed in the heads' gather (NALA_SPLIT_HEADS_BIAS=1), both in
+# ops/fused_ops.h. First their CUDA tests (bit for bit the two kernels; a chained DiT-S/2 and
+# NaLaDiT-S/2 training step equal to the blocks one by one; the bias gradient from the gather; the
+# graphed training step), then DiT-S/2 and NaLaDiT-S/2 training (batch 256, 256 px, CUDA graphs), one
+# binary, same run: the defaults, each switch, both, the two operations (NALA_RESIDUAL_NORM_TRAIN=0),
+# the defaults and both again. One file: residual_train.md.
 #   bash scripts/device_build.sh build residual-train
 out=$1
 n=./build-device/nala
@@ -12,10 +14,11 @@ failed=0
 run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run ./build-device/tests/nala_cuda_tests --gtest_brief=1 \
-    --gtest_filter='BlockKernels.ResidualLayerNormModulate*:BlockKernels.Dit*:BlockKernels.DiTStep*:TrainGraph.*'
-  for v in NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1 NALA_RESIDUAL_NORM_TRAIN=0 NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1; do
-    echo "$v:"
-    run env $v $n bench train --models DiT-S/2,NaLaDiT-S/2 --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
+    --gtest_filter='BlockKernels.ResidualLayerNormModulate*:BlockKernels.Dit*:BlockKernels.DiTStep*:BlockKernels.LinearSplitHeads*:BlockKernels.SplitHeads*:TrainGraph.*'
+  for v in NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1 NALA_SPLIT_HEADS_BIAS=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1,NALA_SPLIT_HEADS_BIAS=1 \
+           NALA_RESIDUAL_NORM_TRAIN=0 NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1,NALA_SPLIT_HEADS_BIAS=1; do
+    echo "${v//,/ }:"
+    run env ${v//,/ } $n bench train --models DiT-S/2,NaLaDiT-S/2 --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
   done
 } > "$out/residual_train.md" 2>&1
 grep -E "^\| (DiT|NaLa)|FAILED|PASSED|^NALA_" "$out/residual_train.md" | cut -c1-150

@@ -62,3 +62,51 @@ TEST(SplitHeads, RepeatedPartGradientsAdd) {
   }
   EXPECT_THROW(split_heads(at::randn({2, 5, 4, 3, 8}), 4), std::exception);
 }
+
+// linear_split_heads_op (the projection and the split as one operation, whose backward takes the bias
+// gradient from the gathered gradient) against autograd of at::linear and unbind in float64: the parts
+// and the gradients of x, w and b, with a part unused and with a repeated part read by two consumers
+// (the gated NaLa block's v), float32 within its rounding; linear_split_heads with the switch off is the
+// composition itself.
+TEST(SplitHeads, LinearSplitHeadsEqualsTheComposition) {
+  torch::manual_seed(2);
+  for (auto dt : {at::kDouble, at::kFloat})
+    for (auto [P, repeat] : {std::pair<int64_t, int64_t>{3, -1}, {4, 2}}) {
+      const int64_t B = 2, N = 5, H = 3, d = 8, D = 12;
+      const at::Tensor x0 = at::randn({B, N, D}, at::kDouble), w0 = at::randn({P * H * d, D}, at::kDouble) * 0.3, b0 = at::randn({P * H * d}, at::kDouble);
+      std::vector<at::Tensor> wt;
+      for (int64_t i = 0; i < P + 1; ++i) wt.push_back(at::randn({B, H, N, d}, at::kDouble));
+      auto run = [&](bool ours, at::ScalarType t) {
+        at::Tensor x = x0.to(t).requires_grad_(true), w = w0.to(t).requires_grad_(true), b = b0.to(t).requires_grad_(true);
+        std::vector<at::Tensor> parts = ours ? linear_split_heads_op(x, w, b, P, H, repeat) : at::linear(x, w, b).view({B, N, P, H, d}).unbind(2);
+        EXPECT_EQ(parts.size(), size_t(ours && repeat >= 0 ? P + 1 : P));
+        at::Tensor loss = at::zeros({}, x.options());
+        for (int64_t i = 0; i < P; ++i)
+          if (i != 1) loss = loss + (parts[size_t(i)].transpose(1, 2) * wt[size_t(i)].to(t)).sum();  // part 1 unused
+        if (repeat >= 0) {  // the repeated part's second consumer (ours: its own view; autograd: the same part again)
+          const at::Tensor& second = ours ? parts[size_t(P)] : parts[size_t(repeat)];
+          loss = loss + (second.reshape({B, N, H * d}) * second.reshape({B, N, H * d})).sum();
+        }
+        loss.backward();
+        std::vector<at::Tensor> r;
+        for (int64_t i = 0; i < P; ++i) r.push_back(parts[size_t(i)].detach().to(at::kDouble));
+        for (const at::Tensor& g : {x.grad(), w.grad(), b.grad()}) r.push_back(g.to(at::kDouble));
+        return r;
+      };
+      const auto ours = run(true, dt), plain = run(false, dt), truth = run(false, at::kDouble);
+      for (size_t i = 0; i < ours.size(); ++i) {
+        const double scale = truth[i].abs().max().item<double>();
+        const double err = (ours[i] - truth[i]).abs().max().item<double>() / scale, err_plain = (plain[i] - truth[i]).abs().max().item<double>() / scale;
+        if (dt == at::kDouble) EXPECT_LT(err, 1e-13) << "output " << i << " P=" << P;
+        else EXPECT_LE(err, 2 * err_plain + 1e-6) << "output " << i << " P=" << P << " (the composition's error " << err_plain << ")";
+      }
+    }
+  // the switch off (the default): the composition, the same tensors bit for bit
+  torch::nn::Linear m(12, 3 * 2 * 4);
+  const at::Tensor x = at::randn({2, 5, 12});
+  const auto parts = linear_split_heads(*m, x, 3, 2);
+  const auto ref = at::linear(x, m->weight, m->bias).view({2, 5, 3, 2, 4}).unbind(2);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(parts[size_t(i)], ref[size_t(i)]));
+  EXPECT_THROW(linear_split_heads_op(x, m->weight, m->bias, 3, 5), std::exception);  // 24 outputs are not 3 parts of 5 heads
+  EXPECT_THROW(linear_split_heads_op(x, m->weight, at::Tensor(), 3, 2), std::exception);
+}
