@@ -125,38 +125,56 @@ std::pair<at::Tensor, at::Tensor> layer_norm_modulate_quantize(const at::Tensor&
   return {q, s};
 }
 
+namespace {
+// The LayerNorm-modulate backward's launch parameters, with the tensors they point into kept alive:
+// x, dout, dres as rows, the float32 statistics, dx and the (N, chunks, D) dshift and dscale partials.
+// Shared by its own entry and the gated one (residual_layer_norm_modulate_training_backward).
+struct LnBackward {
+  LayerNormModulateParams p;
+  at::Tensor x, dout, mu, rs, dres, dx, ds, dh;
+  PerSample sc;
+};
+
+LnBackward ln_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale,
+                       const at::Tensor& dres_in, const char* what) {
+  LnBackward b;
+  b.x = rows(x_in);
+  b.dout = rows(dout_in);
+  LayerNormModulateParams& p = b.p;
+  p.s = shape_of(b.x);
+  TORCH_CHECK(b.dout.sizes() == b.x.sizes(), what, ": grad ", b.dout.sizes(), " vs x ", b.x.sizes());
+  b.sc = per_sample(scale, b.x, "scale");
+  b.mu = mean.to(at::kFloat).contiguous();
+  b.rs = rstd.to(at::kFloat).contiguous();
+  TORCH_CHECK(b.mu.numel() == p.s.N * p.s.T && b.rs.numel() == b.mu.numel(), what, ": statistics of ", b.mu.numel(), " rows, expected ", p.s.N * p.s.T);
+  if (dres_in.defined()) {
+    b.dres = rows(dres_in.to(b.x.scalar_type()));
+    TORCH_CHECK(b.dres.sizes() == b.x.sizes(), what, ": residual grad ", b.dres.sizes(), " vs x ", b.x.sizes());
+  }
+  b.dx = at::empty_like(b.x);                                                           // (N, T, D)
+  b.ds = at::empty({p.s.N, p.s.chunks(), p.s.D}, b.x.options().dtype(at::kFloat));  // (N, chunks, D)
+  b.dh = at::empty_like(b.ds);
+  p.x_type = dtype_of(b.x);
+  p.out_type = dtype_of(b.dout);
+  p.x = b.x.data_ptr();
+  p.dout = b.dout.data_ptr();
+  p.dres = b.dres.defined() ? b.dres.data_ptr() : nullptr;
+  p.mean = b.mu.data_ptr<float>();
+  p.rstd = b.rs.data_ptr<float>();
+  p.scale = b.sc.v;
+  p.dx = b.dx.data_ptr();
+  p.dscale_part = b.ds.data_ptr<float>();
+  p.dshift_part = b.dh.data_ptr<float>();
+  return b;
+}
+}  // namespace
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const at::Tensor& mean,
                                                                             const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in) {
   c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = rows(x_in), dout = rows(dout_in);
-  LayerNormModulateParams p;
-  p.s = shape_of(x);
-  TORCH_CHECK(dout.sizes() == x.sizes(), "layer_norm_modulate backward: grad ", dout.sizes(), " vs x ", x.sizes());
-  const PerSample sc = per_sample(scale, x, "scale");
-  const at::Tensor mu = mean.to(at::kFloat).contiguous(), rs = rstd.to(at::kFloat).contiguous();
-  TORCH_CHECK(mu.numel() == p.s.N * p.s.T && rs.numel() == mu.numel(), "layer_norm_modulate backward: statistics of ", mu.numel(), " rows, expected ",
-              p.s.N * p.s.T);
-  at::Tensor dres;
-  if (dres_in.defined()) {
-    dres = rows(dres_in.to(x.scalar_type()));
-    TORCH_CHECK(dres.sizes() == x.sizes(), "layer_norm_modulate backward: residual grad ", dres.sizes(), " vs x ", x.sizes());
-  }
-  at::Tensor dx = at::empty_like(x);                                                   // (N, T, D)
-  at::Tensor ds = at::empty({p.s.N, p.s.chunks(), p.s.D}, x.options().dtype(at::kFloat));  // (N, chunks, D)
-  at::Tensor dh = at::empty_like(ds);
-  p.x_type = dtype_of(x);
-  p.out_type = dtype_of(dout);
-  p.x = x.data_ptr();
-  p.dout = dout.data_ptr();
-  p.dres = dres.defined() ? dres.data_ptr() : nullptr;
-  p.mean = const_cast<float*>(mu.data_ptr<float>());
-  p.rstd = const_cast<float*>(rs.data_ptr<float>());
-  p.scale = sc.v;
-  p.dx = dx.data_ptr();
-  p.dscale_part = ds.data_ptr<float>();
-  p.dshift_part = dh.data_ptr<float>();
-  launch_layer_norm_modulate_backward(p, stream());
-  return {dx, sum_chunks(dh), sum_chunks(ds)};
+  const LnBackward b = ln_backward(dout_in, x_in, mean, rstd, scale, dres_in, "layer_norm_modulate backward");
+  launch_layer_norm_modulate_backward(b.p, stream());
+  return {b.dx, sum_chunks(b.dh), sum_chunks(b.ds)};
 }
 
 bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y) {
@@ -290,43 +308,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_
               "residual_layer_norm_modulate_training_backward: the kernel does not take res ", res_in.sizes(), " ", res_in.scalar_type(), ", y ",
               y_in.sizes(), " ", y_in.scalar_type(), " and a ", dout_in.scalar_type(), " gradient");
   c10::cuda::CUDAGuard guard(res_in.device());
-  const at::Tensor x = rows(res_in), dout = rows(dout_in), y = rows(y_in);
-  TORCH_CHECK(dout.sizes() == x.sizes(), "gated_residual + layer_norm_modulate backward: grad ", dout.sizes(), " vs res ", x.sizes());
-  LayerNormModulateParams p;
-  p.s = shape_of(x);
-  const PerSample sc = per_sample(scale, x, "scale"), g = per_sample(gate, x, "gate");
-  const at::Tensor mu = mean.to(at::kFloat).contiguous(), rs = rstd.to(at::kFloat).contiguous();
-  TORCH_CHECK(mu.numel() == p.s.N * p.s.T && rs.numel() == mu.numel(), "gated_residual + layer_norm_modulate backward: statistics of ", mu.numel(),
-              " rows, expected ", p.s.N * p.s.T);
-  at::Tensor dres;
-  if (dres_in.defined()) {
-    dres = rows(dres_in.to(x.scalar_type()));
-    TORCH_CHECK(dres.sizes() == x.sizes(), "gated_residual + layer_norm_modulate backward: residual grad ", dres.sizes(), " vs res ", x.sizes());
-  }
-  at::Tensor dx = at::empty_like(x), dy = at::empty_like(y);                               // (N, T, D) ×2
-  at::Tensor ds = at::empty({p.s.N, p.s.chunks(), p.s.D}, x.options().dtype(at::kFloat));  // (N, chunks, D)
-  at::Tensor dh = at::empty_like(ds), dg = at::empty_like(ds);
-  p.x_type = dtype_of(x);
-  p.out_type = dtype_of(dout);
-  p.x = x.data_ptr();
-  p.dout = dout.data_ptr();
-  p.dres = dres.defined() ? dres.data_ptr() : nullptr;
-  p.mean = const_cast<float*>(mu.data_ptr<float>());
-  p.rstd = const_cast<float*>(rs.data_ptr<float>());
-  p.scale = sc.v;
-  p.dx = dx.data_ptr();
-  p.dscale_part = ds.data_ptr<float>();
-  p.dshift_part = dh.data_ptr<float>();
+  const LnBackward b = ln_backward(dout_in, res_in, mean, rstd, scale, dres_in, "gated_residual + layer_norm_modulate backward");
+  const at::Tensor y = rows(y_in);
+  TORCH_CHECK(y.sizes() == b.x.sizes(), "gated_residual + layer_norm_modulate backward: y ", y.sizes(), " vs res ", b.x.sizes());
+  const PerSample g = per_sample(gate, b.x, "gate");
+  at::Tensor dy = at::empty_like(y), dg = at::empty_like(b.ds);  // (N, T, D), (N, chunks, D)
   GatedResidualParams q;
-  q.s = p.s;
-  q.x_type = p.x_type;
+  q.s = b.p.s;
+  q.x_type = b.p.x_type;
   q.y_type = dtype_of(y);
   q.y = y.data_ptr();
   q.gate = g.v;
   q.dy = dy.data_ptr();
   q.dgate_part = dg.data_ptr<float>();
-  launch_residual_layer_norm_modulate_training_backward(p, q, stream());
-  return {dx, sum_chunks(dh), sum_chunks(ds), dy, sum_chunks(dg)};
+  launch_residual_layer_norm_modulate_training_backward(b.p, q, stream());
+  return {b.dx, sum_chunks(b.dh), sum_chunks(b.ds), dy, sum_chunks(dg)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in,
