@@ -125,8 +125,9 @@ void set_residual_norm_training_backward_fused(bool on);
 // NALA_SPLIT_HEADS_BIAS=1 runs them as one operation whose backward sums the projection's bias gradient
 // inside the gather of the heads' gradients (ops/split_heads.h linear_split_heads): the column sum's
 // own pass over the (B·N, 3D) gradient goes (151 MB a DiT-S/2 block at batch 256, ≈ 0.7 ms of a 36 ms
-// step on an H100 by the thirtieth session's trace). 0 (default): the linear layer and the split
-// apart. Off until a GPU has run its tests and a step has timed it (written in the thirty-first
+// step on an H100 by the thirtieth session's trace); with NALA_GEMM_BGRAD=1 too, that projection's
+// bias gradient still comes from the gather (its weight gradient from the plain GEMM). 0 (default):
+// the linear layer and the split apart. Off until a GPU has run its tests and a step has timed it (written in the thirty-first
 // session, which was lent no GPU). Any other value is an error.
 bool split_heads_bias_sums();
 void set_split_heads_bias_sums(bool on);

@@ -1,5 +1,7 @@
 #include "ops/split_heads.h"
 
+#include <atomic>
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -21,10 +23,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+std::atomic<int64_t> summing_gathers{0};
+
 #ifdef NALA_WITH_CUDA
 // The gather kernel's parameters for grads (the P parts' gradients, then (repeat ≥ 0) the repeated
 // part's second gradient) into dst (B, N, P, H, d); false where the kernel does not take the layouts.
-bool gather_params(const tensor_list& grads, int64_t repeat, const at::Tensor& dst, cuda::GatherHeadsParams& p) {
+// summed: for the summing kernel (float32, bf16 and fp16 only).
+bool gather_params(const tensor_list& grads, int64_t repeat, const at::Tensor& dst, bool summed, cuda::GatherHeadsParams& p) {
   if (!dst.is_cuda()) return false;
   const int64_t es = dst.element_size();
   if ((dst.size(4) * es) % 16 != 0) return false;
@@ -37,13 +42,14 @@ bool gather_params(const tensor_list& grads, int64_t repeat, const at::Tensor& d
     }
     return true;
   };
-  switch (dst.scalar_type()) {
+  const size_t P = size_t(dst.size(2));
+  switch (dst.scalar_type()) {  // the sums (a repeated part's, the columns') need the type; the copy alone does not
     case at::kFloat: p.dtype = cuda::GatherHeadsParams::Dtype::f32; break;
     case at::kBFloat16: p.dtype = cuda::GatherHeadsParams::Dtype::bf16; break;
     case at::kHalf: p.dtype = cuda::GatherHeadsParams::Dtype::f16; break;
-    default: return false;
+    default:
+      if (summed || (repeat >= 0 && grads[P].defined())) return false;
   }
-  const size_t P = size_t(dst.size(2));
   for (size_t i = 0; i < P; ++i) {
     const at::Tensor& g = grads[i];
     if (!g.defined()) continue;
@@ -71,7 +77,7 @@ bool gather_params(const tensor_list& grads, int64_t repeat, const at::Tensor& d
 // kernel takes the layouts (else left undefined: the caller sums dst).
 void gather_grads(const tensor_list& grads, int64_t repeat, const at::Tensor& dst, at::Tensor* sums) {
 #ifdef NALA_WITH_CUDA
-  if (cuda::GatherHeadsParams p; gather_params(grads, repeat, dst, p)) {
+  if (cuda::GatherHeadsParams p; gather_params(grads, repeat, dst, sums != nullptr, p)) {
     c10::cuda::CUDAGuard guard(dst.device());
     if (!sums) {
       cuda::launch_gather_heads(p, at::cuda::getCurrentCUDAStream().stream());
@@ -83,6 +89,7 @@ void gather_grads(const tensor_list& grads, int64_t repeat, const at::Tensor& ds
     at::Tensor part = at::empty({plan.splits, C}, f32);  // (splits, C)
     *sums = at::empty({C}, f32);                          // (C)
     cuda::launch_gather_heads_sum(p, plan, part.data_ptr<float>(), sums->data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+    summing_gathers.fetch_add(1, std::memory_order_relaxed);
     return;
   }
 #endif
@@ -180,6 +187,8 @@ std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Ten
   TORCH_CHECK(xc.scalar_type() == wc.scalar_type(), "linear_split_heads: input ", xc.scalar_type(), " and weight ", wc.scalar_type(), " differ");
   return LinearSplitHeadsFn::apply(xc, wc, b, parts, heads, repeat_part);
 }
+
+int64_t split_heads_summing_gathers() { return summing_gathers.load(std::memory_order_relaxed); }
 
 std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part) {
   if (x.dim() == 3 && split_heads_bias_sums() && linear_op_applies(x, m.weight, m.bias))

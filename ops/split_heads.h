@@ -27,6 +27,8 @@ std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part = -
 std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part = -1);
 // That operation on any device (the CPU tests check it against autograd of at::linear and the split;
 // on the CPU the bias gradient is the column sum of the gathered gradient). b must be defined.
+// how many backward passes have summed the bias gradient in the gather kernel so far (tests: that it ran)
+int64_t split_heads_summing_gathers();
 std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t parts, int64_t heads,
                                               int64_t repeat_part = -1);
 

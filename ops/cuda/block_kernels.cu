@@ -413,8 +413,12 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
   float acc_scale[NV][4] = {}, acc_shift[NV][4] = {};
   float acc_gate[GATED && kGateRegs ? NV : 1][4] = {};
   if constexpr (GATED && !kGateRegs) {
-    for (int i = threadIdx.x; i < kWarps * D; i += blockDim.x) sm_gate[i] = 0.f;
-    // each lane reads and writes only its own channels of its warp's row: no barrier needed before the end
+    // each lane clears, adds to and (before the barrier at the end) leaves only its own channels of its
+    // warp's row: no other thread touches them before that barrier
+    const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+      if (lane + 32 * j < D4) store4(sm_gate + warp * D + 4 * (lane + 32 * j), zero);
   }
   float sc[NV][4];
 #pragma unroll
@@ -516,9 +520,12 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_gate[j][e] += g[j][e] * b[j][e];
           } else {
-            float* acc = sm_gate + warp * D + 4 * c;
+            float* at = sm_gate + warp * D + 4 * c;
+            float acc[4];
+            load4(at, acc);  // 16-byte shared-memory accesses: no bank conflicts within a quarter warp
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[e] += g[j][e] * b[j][e];
+            store4(at, acc);
           }
           store4(gb.dy + row * D + 4 * c, o);
         }
@@ -855,7 +862,8 @@ void launch_residual_layer_norm_modulate_training_backward(const LayerNormModula
   if (p.s.N * p.s.T == 0) return;
   const dim3 grid(unsigned(p.s.chunks()), unsigned(p.s.N));
   const int nv = lane_vectors(p.s.D);
-  const size_t smem = size_t(nv <= 6 ? 1 : 2) * kWarps * p.s.D * sizeof(float);  // the dgate sums past NV 6 (ln_modulate_bwd)
+  // the dgate sums past NV 6 (ln_modulate_bwd): at D 1,536 the 48 KiB a block may have without opting in, exactly
+  const size_t smem = size_t(nv <= 6 ? 1 : 2) * kWarps * p.s.D * sizeof(float);
   if (p.out_type != g.y_type) throw std::runtime_error("gated_residual + layer_norm_modulate backward: the result's type must be y's");
   with_types(p.x_type, g.y_type, "gated_residual + layer_norm_modulate backward", [&](auto tx, auto ty) {
     using TX = typename decltype(tx)::T;

@@ -241,10 +241,14 @@ TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
 // The projection and its split as one operation (NALA_SPLIT_HEADS_BIAS=1, ops/split_heads.h
 // linear_split_heads): the summing gather kernel writes the projection's gradient bit for bit as the
 // plain gather does, so x's and w's gradients equal the composition's (linear_op, split_heads) bit for
-// bit; the bias gradient, now summed inside the gather, within float32 rounding of the column sum's and
-// of float64 truth. bf16 autocast and fp32, P = 3 and the gated block's P = 4 with v read twice, a part
-// unused, rows not a multiple of the kernel's unrolling, and D = 1152 (XL's heads: 3 × 16 × 72).
+// bit; the bias gradient, now summed inside the gather (which ran: counted), within float32 rounding of
+// the column sum's. bf16 autocast and fp32, P = 3 and the gated block's P = 4 with v read twice, a part
+// unused, rows not a multiple of the kernel's unrolling, and D = 1152 (XL's heads: 3 × 16 × 72). The GEMM
+// switches set here (the defaults): with NALA_GEMM_BGRAD=1 the composition's weight gradient would come
+// from another GEMM.
 TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
+  set_gemm_bias_grads(false);
+  set_gemm_tuned_training(false);
   for (auto [B, N, H, d] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 256, 6, 64}, {3, 37, 16, 72}, {2, 5, 2, 64}})
     for (auto [P, repeat] : {std::pair<int64_t, int64_t>{3, -1}, {4, 2}})
       for (bool bf16 : {true, false}) {
@@ -274,8 +278,11 @@ TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
           loss.backward();
           return std::vector<at::Tensor>{x.grad().clone(), m->weight.grad().clone(), m->bias.grad().clone()};
         };
-        const auto plain = run(false), ours = run(true);
+        const auto plain = run(false);
+        const int64_t gathers0 = split_heads_summing_gathers();
+        const auto ours = run(true);
         set_split_heads_bias_sums(false);
+        EXPECT_EQ(split_heads_summing_gathers() - gathers0, 1);
         const std::string what = std::to_string(B) + "x" + std::to_string(N) + " H " + std::to_string(H) + " d " + std::to_string(d) + " P " +
                                  std::to_string(P) + (bf16 ? " bf16" : " fp32");
         EXPECT_TRUE(at::equal(ours[0], plain[0])) << what << ": dx";

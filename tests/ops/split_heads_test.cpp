@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include "ops/fused_ops.h"
 #include "ops/split_heads.h"
 
 using namespace nala::ops;
@@ -66,8 +67,8 @@ TEST(SplitHeads, RepeatedPartGradientsAdd) {
 // linear_split_heads_op (the projection and the split as one operation, whose backward takes the bias
 // gradient from the gathered gradient) against autograd of at::linear and unbind in float64: the parts
 // and the gradients of x, w and b, with a part unused and with a repeated part read by two consumers
-// (the gated NaLa block's v), float32 within its rounding; linear_split_heads with the switch off is the
-// composition itself.
+// (the gated NaLa block's v), float32 within its rounding; linear_split_heads on the CPU, where the one
+// operation does not apply (training on CUDA only), is the composition itself with the switch on or off.
 TEST(SplitHeads, LinearSplitHeadsEqualsTheComposition) {
   torch::manual_seed(2);
   for (auto dt : {at::kDouble, at::kFloat})
@@ -101,12 +102,16 @@ TEST(SplitHeads, LinearSplitHeadsEqualsTheComposition) {
         else EXPECT_LE(err, 2 * err_plain + 1e-6) << "output " << i << " P=" << P << " (the composition's error " << err_plain << ")";
       }
     }
-  // the switch off (the default): the composition, the same tensors bit for bit
+  // on the CPU: the composition, the same tensors bit for bit
   torch::nn::Linear m(12, 3 * 2 * 4);
   const at::Tensor x = at::randn({2, 5, 12});
-  const auto parts = linear_split_heads(*m, x, 3, 2);
   const auto ref = at::linear(x, m->weight, m->bias).view({2, 5, 3, 2, 4}).unbind(2);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(parts[size_t(i)], ref[size_t(i)]));
+  for (bool on : {false, true}) {
+    set_split_heads_bias_sums(on);
+    const auto parts = linear_split_heads(*m, x, 3, 2);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(parts[size_t(i)], ref[size_t(i)]));
+  }
+  set_split_heads_bias_sums(false);
   EXPECT_THROW(linear_split_heads_op(x, m->weight, m->bias, 3, 5), std::exception);  // 24 outputs are not 3 parts of 5 heads
   EXPECT_THROW(linear_split_heads_op(x, m->weight, at::Tensor(), 3, 2), std::exception);
 }
