@@ -44,14 +44,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ln_modulate_forward(const at::Ten
 }
 
 // {∂L/∂x (x's dtype, plus dres where defined), ∂L/∂shift, ∂L/∂scale (N, D)}
+// (sums_dtype: the type the CUDA path may give dshift and dscale in, ops/cuda/block_cuda.h; the callers convert.)
 tensor_list ln_modulate_backward(const at::Tensor& dout, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale,
-                                 const at::Tensor& dres) {
+                                 const at::Tensor& dres, at::ScalarType sums_dtype) {
 #ifdef NALA_WITH_CUDA
   if (cuda::layer_norm_modulate_supported(x, dout.scalar_type())) {
-    auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale, dres);
+    auto [dx, dshift, dscale] = cuda::layer_norm_modulate_backward(dout, x, mean, rstd, scale, dres, sums_dtype);
     return {dx, dshift, dscale};
   }
 #endif
+  (void)sums_dtype;
   tensor_list r = layer_norm_modulate_backward_aten(dout, x, mean, rstd, scale);
   if (dres.defined()) r[0] = r[0] + dres.to(r[0].scalar_type());
   return r;
@@ -69,7 +71,7 @@ at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, c
 std::pair<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y) {
 #ifdef NALA_WITH_CUDA
   if (cuda::gated_residual_supported(dout, y)) {
-    auto [dy, dgate] = cuda::gated_residual_backward(dout, gate, y);
+    auto [dy, dgate] = cuda::gated_residual_backward(dout, gate, y, gate.scalar_type());
     return {dy, dgate};
   }
 #endif
@@ -98,8 +100,8 @@ struct LayerNormModulateFn : torch::autograd::Function<LayerNormModulateFn> {
     const at::Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &scale = saved[3];
     const at::Tensor& dres = grads[1];  // the residual path's gradient (undefined where x was not used so)
     const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(x, x.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
-    const tensor_list r = ln_modulate_backward(dout, x, mean, rstd, scale, dres);
     const auto shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
+    const tensor_list r = ln_modulate_backward(dout, x, mean, rstd, scale, dres, shift_dtype == scale.scalar_type() ? shift_dtype : at::kFloat);
     return {r[0], r[1].to(shift_dtype), r[2].to(scale.scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
@@ -162,14 +164,16 @@ struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidua
     const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(res, res.options().dtype(at::ScalarType(ctx->saved_data["out_dtype"].toInt())));
     const auto x_dtype = at::ScalarType(ctx->saved_data["x_dtype"].toInt()), shift_dtype = at::ScalarType(ctx->saved_data["shift_dtype"].toInt());
     at::Tensor dres, dshift, dscale, dy, dgate;  // ∂L/∂res (the residual path's gradient added), …
+    const at::ScalarType vec_dtype = shift_dtype == scale.scalar_type() && shift_dtype == gate.scalar_type() ? shift_dtype : at::kFloat;
 #ifdef NALA_WITH_CUDA
     if (residual_norm_training_backward_fused() && cuda::residual_layer_norm_modulate_training_backward_supported(res, y, dout.scalar_type())) {
-      std::tie(dres, dshift, dscale, dy, dgate) = cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, scale, grads[1], gate, y);
+      std::tie(dres, dshift, dscale, dy, dgate) =
+          cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, scale, grads[1], gate, y, vec_dtype);
       residual_norm_backward_kernel_count.fetch_add(1, std::memory_order_relaxed);
     }
 #endif
     if (!dres.defined()) {
-      const tensor_list r = ln_modulate_backward(dout, res, mean, rstd, scale, grads[1]);
+      const tensor_list r = ln_modulate_backward(dout, res, mean, rstd, scale, grads[1], vec_dtype);
       dres = r[0], dshift = r[1], dscale = r[2];
       std::tie(dy, dgate) = gated_residual_backward(dres, gate, y);
     }

@@ -24,6 +24,7 @@ std::atomic<int> g_residual_norm{-1};
 std::atomic<int> g_residual_norm_train{-1};
 std::atomic<int> g_residual_norm_train_bwd{-1};
 std::atomic<int> g_split_heads_bias{-1};
+std::atomic<int> g_block_sums{-1};
 std::atomic<int> g_residual_staged{-1};
 std::atomic<int64_t> g_recomputations{0};
 
@@ -97,6 +98,8 @@ bool residual_norm_training_backward_fused() { return read_switch(g_residual_nor
 void set_residual_norm_training_backward_fused(bool on) { g_residual_norm_train_bwd = on ? 1 : 0; }
 bool split_heads_bias_sums() { return read_switch(g_split_heads_bias, "NALA_SPLIT_HEADS_BIAS", 0); }
 void set_split_heads_bias_sums(bool on) { g_split_heads_bias = on ? 1 : 0; }
+bool block_sums_fused() { return read_switch(g_block_sums, "NALA_BLOCK_SUMS_FUSED", 0); }
+void set_block_sums_fused(bool on) { g_block_sums = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
 

@@ -131,6 +131,15 @@ void set_residual_norm_training_backward_fused(bool on);
 // session, which was lent no GPU). Any other value is an error.
 bool split_heads_bias_sums();
 void set_split_heads_bias_sums(bool on);
+// The block backward kernels' per-sample vector gradients (dshift, dscale, dgate) are written as float32
+// partials per 32-token chunk and then summed over the chunks: NALA_BLOCK_SUMS_FUSED=1 sums all of an
+// operation's partials in one launch and writes them in the vectors' own type (adaLN's chunks: bf16 under
+// autocast), where 0 (default) runs ATen's sum for each and a conversion after it: six small launches of
+// the training operation's backward become one (≈ 150 launches a DiT-S/2 step fewer). The same float32
+// sums up to their order. Off until a GPU has run its tests and timed it (written in the thirty-first
+// session, which was lent no GPU). Any other value is an error.
+bool block_sums_fused();
+void set_block_sums_fused(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
 // cp.async, the block's samples' gate, shift and scale converted to float there once
 // (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1

@@ -1,5 +1,7 @@
 #include "ops/cuda/block_cuda.h"
 
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -65,7 +67,33 @@ RowShape shape_of(const at::Tensor& x) {
 
 void* stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 
-at::Tensor sum_chunks(const at::Tensor& part) { return part.sum(1); }  // (N, chunks, D) -> (N, D), in order
+// The backward kernels' (N, chunks, D) float32 partials summed over the chunks into (N, D): with
+// NALA_BLOCK_SUMS_FUSED=1 (ops/fused_ops.h) one kernel for all of them, written in dtype (the
+// per-sample vectors' type, so the callers' conversions are no-ops); otherwise ATen's sum each, in float32.
+std::vector<at::Tensor> sum_chunks(const std::vector<at::Tensor>& parts, at::ScalarType dtype) {
+  std::vector<at::Tensor> out;
+  DType t;
+  if (!block_sums_fused() || !kernel_dtype(dtype, t)) {
+    for (const at::Tensor& part : parts) out.push_back(part.sum(1));  // (N, D)
+    return out;
+  }
+  PartialSumsParams p;
+  p.N = parts[0].size(0);
+  p.chunks = int(parts[0].size(1));
+  p.D = int(parts[0].size(2));
+  p.out_type = t;
+  p.count = int(parts.size());
+  TORCH_CHECK(p.count <= PartialSumsParams::kMax, "sum_chunks: ", p.count, " partial arrays, at most ", PartialSumsParams::kMax);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    TORCH_CHECK(parts[k].sizes() == parts[0].sizes() && parts[k].is_contiguous() && parts[k].scalar_type() == at::kFloat, "sum_chunks: partials ",
+                parts[k].sizes(), " ", parts[k].scalar_type(), " vs ", parts[0].sizes());
+    out.push_back(at::empty({p.N, p.D}, parts[k].options().dtype(dtype)));  // (N, D)
+    p.part[k] = parts[k].data_ptr<float>();
+    p.out[k] = out.back().data_ptr();
+  }
+  launch_partial_sums(p, stream());
+  return out;
+}
 
 }  // namespace
 
@@ -170,11 +198,13 @@ LnBackward ln_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const 
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout_in, const at::Tensor& x_in, const at::Tensor& mean,
-                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in) {
+                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in,
+                                                                            at::ScalarType sums_dtype) {
   c10::cuda::CUDAGuard guard(x_in.device());
   const LnBackward b = ln_backward(dout_in, x_in, mean, rstd, scale, dres_in, "layer_norm_modulate backward");
   launch_layer_norm_modulate_backward(b.p, stream());
-  return {b.dx, sum_chunks(b.dh), sum_chunks(b.ds)};
+  const auto sums = sum_chunks({b.dh, b.ds}, sums_dtype);  // dshift, dscale (N, D)
+  return {b.dx, sums[0], sums[1]};
 }
 
 bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y) {
@@ -201,7 +231,7 @@ at::Tensor gated_residual_forward(const at::Tensor& x_in, const at::Tensor& gate
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout_in, const at::Tensor& gate, const at::Tensor& y_in) {
+std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout_in, const at::Tensor& gate, const at::Tensor& y_in, at::ScalarType sums_dtype) {
   c10::cuda::CUDAGuard guard(y_in.device());
   const at::Tensor y = rows(y_in), dout = rows(dout_in);
   GatedResidualParams p;
@@ -218,7 +248,7 @@ std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dou
   p.dy = dy.data_ptr();
   p.dgate_part = dg.data_ptr<float>();
   launch_gated_residual_backward(p, stream());
-  return {dy, sum_chunks(dg)};
+  return {dy, sum_chunks({dg}, sums_dtype)[0]};
 }
 
 bool residual_layer_norm_modulate_supported(const at::Tensor& x, const at::Tensor& y) {
@@ -303,7 +333,7 @@ bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training_backward(
     const at::Tensor& dout_in, const at::Tensor& res_in, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in,
-    const at::Tensor& gate, const at::Tensor& y_in) {
+    const at::Tensor& gate, const at::Tensor& y_in, at::ScalarType sums_dtype) {
   TORCH_CHECK(residual_layer_norm_modulate_training_backward_supported(res_in, y_in, dout_in.scalar_type()),
               "residual_layer_norm_modulate_training_backward: the kernel does not take res ", res_in.sizes(), " ", res_in.scalar_type(), ", y ",
               y_in.sizes(), " ", y_in.scalar_type(), " and a ", dout_in.scalar_type(), " gradient");
@@ -322,7 +352,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_
   q.dy = dy.data_ptr();
   q.dgate_part = dg.data_ptr<float>();
   launch_residual_layer_norm_modulate_training_backward(b.p, q, stream());
-  return {b.dx, sum_chunks(b.dh), sum_chunks(b.ds), dy, sum_chunks(dg)};
+  const auto sums = sum_chunks({b.dh, b.ds, dg}, sums_dtype);  // dshift, dscale, dgate (N, D)
+  return {b.dx, sums[0], sums[1], dy, sums[2]};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_quantize(const at::Tensor& x_in, const at::Tensor& gate, const at::Tensor& y_in,

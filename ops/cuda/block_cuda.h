@@ -19,15 +19,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_forward(const
 // to quantize_rows (ops/cuda/quantize_fp8.h) of that out viewed as (N·T, D).
 std::pair<at::Tensor, at::Tensor> layer_norm_modulate_quantize(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps,
                                                                at::ScalarType out_dtype);
-// Returns dx (x's dtype, plus dres where defined), dshift, dscale (N, D) float32.
+// Returns dx (x's dtype, plus dres where defined), dshift, dscale (N, D) float32, or in sums_dtype with
+// NALA_BLOCK_SUMS_FUSED=1 (ops/fused_ops.h; the backward functions below likewise).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(const at::Tensor& dout, const at::Tensor& x, const at::Tensor& mean,
-                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres);
+                                                                            const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres,
+                                                                            at::ScalarType sums_dtype = at::kFloat);
 
 bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y);
 // x, y (N, T, D); gate (N, D). Returns x + gate·y in x's dtype.
 at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
 // Returns dy (y's dtype) and dgate (N, D) float32.
-std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y);
+std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y,
+                                                           at::ScalarType sums_dtype = at::kFloat);
 
 // Sampling: the gated residual and the LayerNorm-modulate after it in one pass, x, y (N, T, D) of
 // one dtype, gate, shift, scale (N, D): {res = x + gate·y, out = LayerNorm(res)·(1 + scale) + shift}
@@ -53,7 +56,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_m
 bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& res, const at::Tensor& y, at::ScalarType dout_dtype);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training_backward(
     const at::Tensor& dout, const at::Tensor& res, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres,
-    const at::Tensor& gate, const at::Tensor& y);
+    const at::Tensor& gate, const at::Tensor& y, at::ScalarType sums_dtype = at::kFloat);
 
 bool bias_gelu_supported(const at::Tensor& y);
 // y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.

@@ -682,6 +682,23 @@ __global__ void bias_gelu_bwd(const TY* __restrict__ dout, const TY* __restrict_
   store4(dbias_part + int64_t(chunk) * F + 4 * c, acc);
 }
 
+// ---- the partials' sums ----
+template <typename TO>
+__global__ void partial_sums(const PartialSumsParams p) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (n, d)
+  if (i >= p.N * p.D) return;
+  const int64_t n = i / p.D;
+  const int d = int(i - n * p.D);
+#pragma unroll
+  for (int k = 0; k < PartialSumsParams::kMax; ++k) {
+    if (k >= p.count) break;
+    const float* part = p.part[k] + n * p.chunks * p.D + d;
+    float s = 0.f;
+    for (int c = 0; c < p.chunks; ++c) s += part[int64_t(c) * p.D];
+    static_cast<TO*>(p.out[k])[i] = TO(s);
+  }
+}
+
 // ---- dispatch ----
 template <DType> struct Ty;
 template <> struct Ty<DType::F32> { using T = float; };
@@ -876,6 +893,18 @@ void launch_residual_layer_norm_modulate_training_backward(const LayerNormModula
     });
   });
   check_launch("gated_residual + layer_norm_modulate backward");
+}
+
+void launch_partial_sums(const PartialSumsParams& p, void* stream) {
+  const int64_t n = p.N * p.D;
+  if (n == 0 || p.count == 0) return;
+  const int threads = 256;
+  const unsigned blocks = unsigned((n + threads - 1) / threads);
+  with_type(p.out_type, [&](auto to) {
+    using TO = typename decltype(to)::T;
+    partial_sums<TO><<<blocks, threads, 0, cudaStream_t(stream)>>>(p);
+  });
+  check_launch("partial sums");
 }
 
 void launch_gated_residual_forward(const GatedResidualParams& p, void* stream) {

@@ -115,6 +115,20 @@ struct BiasGeluParams {
   float* dbias_part = nullptr;
 };
 
+// The backward kernels' per-chunk partials summed: out_k (N, D) = Σ_c part_k (N, chunks, D) in c order,
+// float32, written in out_type (the per-sample vectors' own type: no conversion launch after it),
+// for up to three partial arrays in one launch (the gated backward's dshift, dscale, dgate).
+struct PartialSumsParams {
+  static constexpr int kMax = 3;
+  const float* part[kMax] = {nullptr, nullptr, nullptr};
+  void* out[kMax] = {nullptr, nullptr, nullptr};
+  int count = 0;
+  int64_t N = 0;
+  int chunks = 0, D = 0;
+  DType out_type = DType::F32;
+};
+void launch_partial_sums(const PartialSumsParams& p, void* stream);
+
 // The (x, out) or (x, y) type pairs the kernels are built for; others use the ATen composition.
 bool layer_norm_modulate_supported(DType x, DType out, int D);
 bool gated_residual_supported(DType x, DType y, int D);

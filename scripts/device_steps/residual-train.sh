@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Training's fused operations written in the thirty-first session, off by default until timed:
-# the gated residual + LayerNorm-modulate backward as one kernel (NALA_RESIDUAL_NORM_TRAIN_BWD=1) and
-# the qkv projection's bias gradient summed in the heads' gather (NALA_SPLIT_HEADS_BIAS=1), both in
-# ops/fused_ops.h. First their CUDA tests (bit for bit the two kernels; a chained DiT-S/2 and
-# NaLaDiT-S/2 training step equal to the blocks one by one; the bias gradient from the gather; the
+# the gated residual + LayerNorm-modulate backward as one kernel (NALA_RESIDUAL_NORM_TRAIN_BWD=1), the
+# qkv projection's bias gradient summed in the heads' gather (NALA_SPLIT_HEADS_BIAS=1) and the
+# per-sample vectors' gradient sums in one launch (NALA_BLOCK_SUMS_FUSED=1), all in ops/fused_ops.h.
+# First their CUDA tests (bit for bit the two kernels; a chained DiT-S/2 and NaLaDiT-S/2 training step equal to the blocks one by one; the bias gradient from the gather; the
 # graphed training step), then DiT-S/2 and NaLaDiT-S/2 training (batch 256, 256 px, CUDA graphs), one
-# binary, same run: the defaults, each switch, both, the two operations (NALA_RESIDUAL_NORM_TRAIN=0),
-# the defaults and both again. One file: residual_train.md.
+# binary, same run: the defaults, each switch, all three, the two operations (NALA_RESIDUAL_NORM_TRAIN=0),
+# the defaults and all three again. One file: residual_train.md.
 #   bash scripts/device_build.sh build residual-train
 out=$1
 n=./build-device/nala
@@ -14,9 +14,10 @@ failed=0
 run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
 {
   run ./build-device/tests/nala_cuda_tests --gtest_brief=1 \
-    --gtest_filter='BlockKernels.ResidualLayerNormModulate*:BlockKernels.Dit*:BlockKernels.DiTStep*:BlockKernels.LinearSplitHeads*:BlockKernels.SplitHeads*:TrainGraph.*'
-  for v in NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1 NALA_SPLIT_HEADS_BIAS=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1,NALA_SPLIT_HEADS_BIAS=1 \
-           NALA_RESIDUAL_NORM_TRAIN=0 NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1,NALA_SPLIT_HEADS_BIAS=1; do
+    --gtest_filter='BlockKernels.ResidualLayerNormModulate*:BlockKernels.Dit*:BlockKernels.DiTStep*:BlockKernels.LinearSplitHeads*:BlockKernels.SplitHeads*:BlockKernels.PartialSums*:TrainGraph.*'
+  all=NALA_RESIDUAL_NORM_TRAIN_BWD=1,NALA_SPLIT_HEADS_BIAS=1,NALA_BLOCK_SUMS_FUSED=1
+  for v in NALA_RESIDUAL_NORM_TRAIN=1 NALA_RESIDUAL_NORM_TRAIN_BWD=1 NALA_SPLIT_HEADS_BIAS=1 NALA_BLOCK_SUMS_FUSED=1 $all \
+           NALA_RESIDUAL_NORM_TRAIN=0 NALA_RESIDUAL_NORM_TRAIN=1 $all; do
     echo "${v//,/ }:"
     run env ${v//,/ } $n bench train --models DiT-S/2,NaLaDiT-S/2 --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
   done

@@ -548,6 +548,42 @@ TEST_F(BlockKernels, ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernel
   EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_backward_supported(x.to(at::kBFloat16), x, at::kFloat));  // a float32 y on a bf16 stream
 }
 
+// NALA_BLOCK_SUMS_FUSED=1: the backward functions' per-sample vector gradients summed over the chunks in
+// one launch and written in the vectors' type equal ATen's float32 sums converted to that type, within the
+// float32 sum's reordering (float32) and one rounding of the type (bf16, fp16); with the switch on and a
+// float32 type the three functions still give float32. The switch restored after.
+TEST_F(BlockKernels, PartialSumsInOneLaunchEqualAtensSums) {
+  const bool was = block_sums_fused();
+  for (auto [N, T, D] : {std::tuple<int64_t, int64_t, int64_t>{4, 256, 384}, {3, 17, 1152}, {1, 5, 72}})
+    for (auto vt : {at::kBFloat16, at::kHalf, at::kFloat}) {
+      torch::manual_seed(N * T + D);
+      const at::Tensor res = at::randn({N, T, D}, at::kCUDA) * 2 + 0.5, y = at::randn({N, T, D}, at::kCUDA).to(at::kBFloat16);  // (N, T, D)
+      const at::Tensor dout = at::randn({N, T, D}, at::kCUDA).to(at::kBFloat16), dres = at::randn({N, T, D}, at::kCUDA);          // (N, T, D)
+      const auto m = (at::randn({N, 3 * D}, at::kCUDA) * 0.5).to(vt).chunk(3, 1);  // gate, shift, scale
+      const auto [out, mean, rstd] = cuda::layer_norm_modulate_forward(res, m[1], m[2], 1e-6, at::kBFloat16, true);
+      auto all = [&](bool fused) {
+        set_block_sums_fused(fused);
+        const auto [dx, dsh, dsc] = cuda::layer_norm_modulate_backward(dout, res, mean, rstd, m[2], dres, vt);
+        const auto [dy, dg] = cuda::gated_residual_backward(dx, m[0], y, vt);
+        const auto [dx2, dsh2, dsc2, dy2, dg2] = cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, m[2], dres, m[0], y, vt);
+        return std::vector<at::Tensor>{dsh, dsc, dg, dsh2, dsc2, dg2};
+      };
+      const auto aten = all(false), fused = all(true);
+      const std::string what = std::to_string(N) + "x" + std::to_string(T) + "x" + std::to_string(D) + " " + c10::toString(vt);
+      for (size_t i = 0; i < aten.size(); ++i) {
+        EXPECT_EQ(aten[i].scalar_type(), at::kFloat) << what << " " << i;
+        EXPECT_EQ(fused[i].scalar_type(), vt) << what << " " << i;
+        const at::Tensor want = aten[i].to(vt).to(at::kDouble), got = fused[i].to(at::kDouble);
+        // one unit in the last place of the type at the value's size (float32: the sum's reordering)
+        const double ulp = vt == at::kBFloat16 ? 1.0 / 128 : vt == at::kHalf ? 1.0 / 1024 : 1e-5;
+        const at::Tensor bound = want.abs() * ulp + 1e-6;
+        EXPECT_TRUE(((got - want).abs() <= bound).all().item<bool>()) << what << " output " << i << ": max |difference| "
+                                                                       << (got - want).abs().max().item<double>();
+      }
+    }
+  set_block_sums_fused(was);
+}
+
 // A DiT-S/2 and a NaLaDiT-S/2 training forward and backward on CUDA with the blocks chained and each
 // gated residual + LayerNorm-modulate one operation (NALA_RESIDUAL_NORM_FUSED=1,
 // NALA_RESIDUAL_NORM_TRAIN=1, the defaults) equal the blocks one by one bit for bit: output and every
