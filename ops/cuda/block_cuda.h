@@ -28,7 +28,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_modulate_backward(cons
 bool gated_residual_supported(const at::Tensor& x, const at::Tensor& y);
 // x, y (N, T, D); gate (N, D). Returns x + gate·y in x's dtype.
 at::Tensor gated_residual_forward(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y);
-// Returns dy (y's dtype) and dgate (N, D) float32.
+// Returns dy (y's dtype) and dgate (N, D) float32 (in sums_dtype with NALA_BLOCK_SUMS_FUSED=1).
 std::tuple<at::Tensor, at::Tensor> gated_residual_backward(const at::Tensor& dout, const at::Tensor& gate, const at::Tensor& y,
                                                            at::ScalarType sums_dtype = at::kFloat);
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace nala::ops::cuda {
 namespace {
@@ -520,12 +521,12 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_gate[j][e] += g[j][e] * b[j][e];
           } else {
-            float* at = sm_gate + warp * D + 4 * c;
+            float* sums = sm_gate + warp * D + 4 * c;
             float acc[4];
-            load4(at, acc);  // 16-byte shared-memory accesses: no bank conflicts within a quarter warp
+            load4(sums, acc);  // 16-byte shared-memory accesses: no bank conflicts within a quarter warp
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[e] += g[j][e] * b[j][e];
-            store4(at, acc);
+            store4(sums, acc);
           }
           store4(gb.dy + row * D + 4 * c, o);
         }
@@ -695,7 +696,9 @@ __global__ void partial_sums(const PartialSumsParams p) {
     const float* part = p.part[k] + n * p.chunks * p.D + d;
     float s = 0.f;
     for (int c = 0; c < p.chunks; ++c) s += part[int64_t(c) * p.D];
-    static_cast<TO*>(p.out[k])[i] = TO(s);
+    if constexpr (std::is_same_v<TO, __nv_bfloat16>) static_cast<TO*>(p.out[k])[i] = __float2bfloat16_rn(s);
+    else if constexpr (std::is_same_v<TO, __half>) static_cast<TO*>(p.out[k])[i] = __float2half_rn(s);
+    else static_cast<TO*>(p.out[k])[i] = s;
   }
 }
 

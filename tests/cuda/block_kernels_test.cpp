@@ -247,6 +247,7 @@ TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
 // switches set here (the defaults): with NALA_GEMM_BGRAD=1 the composition's weight gradient would come
 // from another GEMM.
 TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
+  const bool bgrad = gemm_bias_grads(), tuned = gemm_tuned_training();
   set_gemm_bias_grads(false);
   set_gemm_tuned_training(false);
   for (auto [B, N, H, d] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 256, 6, 64}, {3, 37, 16, 72}, {2, 5, 2, 64}})
@@ -293,6 +294,8 @@ TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
         EXPECT_LT((db - db_plain).abs().max().item<double>() / scale, 1e-5) << what << ": db";
       }
   set_split_heads_bias_sums(false);
+  set_gemm_bias_grads(bgrad);
+  set_gemm_tuned_training(tuned);
 }
 
 TEST_F(BlockKernels, BiasGelu) {
@@ -574,9 +577,10 @@ TEST_F(BlockKernels, PartialSumsInOneLaunchEqualAtensSums) {
         EXPECT_EQ(aten[i].scalar_type(), at::kFloat) << what << " " << i;
         EXPECT_EQ(fused[i].scalar_type(), vt) << what << " " << i;
         const at::Tensor want = aten[i].to(vt).to(at::kDouble), got = fused[i].to(at::kDouble);
-        // one unit in the last place of the type at the value's size (float32: the sum's reordering)
+        // one unit in the last place of the type at the value's size, and the float32 sum's reordering, which
+        // does not shrink where the sum cancels: a few float32 units of the largest sum
         const double ulp = vt == at::kBFloat16 ? 1.0 / 128 : vt == at::kHalf ? 1.0 / 1024 : 1e-5;
-        const at::Tensor bound = want.abs() * ulp + 1e-6;
+        const at::Tensor bound = want.abs() * ulp + 1e-5 * want.abs().max().item<double>();
         EXPECT_TRUE(((got - want).abs() <= bound).all().item<bool>()) << what << " output " << i << ": max |difference| "
                                                                        << (got - want).abs().max().item<double>();
       }
