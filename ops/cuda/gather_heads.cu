@@ -37,6 +37,27 @@ __device__ __forceinline__ uint4 add_vec<float>(uint4 a, uint4 b) {
   return *reinterpret_cast<const uint4*>(&z);
 }
 
+// Destination vector v of head h, part `part`, at (b, n): the part's gradient (or zero where it has
+// none) with the repeated part's second gradient added (or alone where src is absent). Shared by the
+// plain gather and the summing one.
+__device__ __forceinline__ uint4 gathered(const GatherHeadsParams& p, int part, int h, int v, int64_t b, int n) {
+  uint4 val = make_uint4(0, 0, 0, 0);
+  const char* src = static_cast<const char*>(p.src[part]);
+  if (src) {
+    const int64_t off = (b * p.stride[part][0] + n * p.stride[part][1] + h * p.stride[part][2]) * p.element_size + int64_t(v) * 16;
+    val = *reinterpret_cast<const uint4*>(src + off);
+  }
+  if (part == p.extra_part) {
+    const int64_t off = (b * p.extra_stride[0] + n * p.extra_stride[1] + h * p.extra_stride[2]) * p.element_size + int64_t(v) * 16;
+    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.extra) + off);
+    if (!src) val = e;
+    else if (p.dtype == GatherHeadsParams::Dtype::f32) val = add_vec<float>(val, e);
+    else if (p.dtype == GatherHeadsParams::Dtype::bf16) val = add_vec<__nv_bfloat16>(val, e);
+    else val = add_vec<__half>(val, e);
+  }
+  return val;
+}
+
 // Index: the type of the destination's vector index, 32-bit where every index fits (the four
 // divisions that take it apart are then 32-bit ones, not the many-instruction 64-bit emulation)
 template <typename Index>
@@ -52,21 +73,7 @@ __global__ void gather_heads_kernel(GatherHeadsParams p, Index vecs, int vec_per
   r /= Index(p.P);
   const int n = int(r % Index(p.N));
   const int64_t b = int64_t(r / Index(p.N));
-  uint4 val = make_uint4(0, 0, 0, 0);
-  const char* src = static_cast<const char*>(p.src[part]);
-  if (src) {
-    const int64_t off = (b * p.stride[part][0] + n * p.stride[part][1] + h * p.stride[part][2]) * p.element_size + int64_t(v) * 16;
-    val = *reinterpret_cast<const uint4*>(src + off);
-  }
-  if (part == p.extra_part) {  // the part's second gradient: added (or alone where src is absent)
-    const int64_t off = (b * p.extra_stride[0] + n * p.extra_stride[1] + h * p.extra_stride[2]) * p.element_size + int64_t(v) * 16;
-    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.extra) + off);
-    if (!src) val = e;
-    else if (p.dtype == GatherHeadsParams::Dtype::f32) val = add_vec<float>(val, e);
-    else if (p.dtype == GatherHeadsParams::Dtype::bf16) val = add_vec<__nv_bfloat16>(val, e);
-    else val = add_vec<__half>(val, e);
-  }
-  reinterpret_cast<uint4*>(p.dst)[i] = val;
+  reinterpret_cast<uint4*>(p.dst)[i] = gathered(p, part, h, v, b, n);
 }
 
 // The vector's 16 / sizeof(T) values added to acc (float)
@@ -76,21 +83,6 @@ __device__ __forceinline__ void add_to(float* acc, const uint4& raw) {
   const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int i = 0; i < n; ++i) acc[i] += float(e[i]);
-}
-
-// The destination row r's vector c (part, h, v taken apart once a thread), as gather_heads_kernel
-// computes it: the part's gradient (or zero) with the repeated part's second gradient added
-template <typename T>
-__device__ __forceinline__ uint4 gathered(const GatherHeadsParams& p, int part, int h, int v, int64_t b, int n) {
-  uint4 val = make_uint4(0, 0, 0, 0);
-  const char* src = static_cast<const char*>(p.src[part]);
-  if (src) val = *reinterpret_cast<const uint4*>(src + (b * p.stride[part][0] + n * p.stride[part][1] + h * p.stride[part][2]) * p.element_size + int64_t(v) * 16);
-  if (part == p.extra_part) {
-    const uint4 e = *reinterpret_cast<const uint4*>(static_cast<const char*>(p.extra) +
-                                                    (b * p.extra_stride[0] + n * p.extra_stride[1] + h * p.extra_stride[2]) * p.element_size + int64_t(v) * 16);
-    val = src ? add_vec<T>(val, e) : e;
-  }
-  return val;
 }
 
 constexpr int kSumUnroll = 4;  // rows a thread has in flight
@@ -118,7 +110,7 @@ __global__ void gather_heads_sum_kernel(GatherHeadsParams p, int vec_per_row, in
     uint4 val[kSumUnroll];
 #pragma unroll
     for (int u = 0; u < kSumUnroll; ++u) {
-      val[u] = gathered<T>(p, part_i, h, v, b, n);
+      val[u] = gathered(p, part_i, h, v, b, n);
       if (++n == p.N) n = 0, ++b;
     }
 #pragma unroll
@@ -128,7 +120,7 @@ __global__ void gather_heads_sum_kernel(GatherHeadsParams p, int vec_per_row, in
     }
   }
   for (; r < end; ++r) {
-    const uint4 val = gathered<T>(p, part_i, h, v, b, n);
+    const uint4 val = gathered(p, part_i, h, v, b, n);
     if (++n == p.N) n = 0, ++b;
     dst[r * row_vecs + c] = val;
     add_to<T>(acc, val);
