@@ -33,8 +33,7 @@ at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate, const at:
 // Training: with NALA_RESIDUAL_NORM_TRAIN=1 (ops/fused_ops.h) one autograd operation, whose forward on
 // CUDA is one kernel for x in float32 (or y's dtype) and y in the result's dtype
 // (residual_layer_norm_modulate_training) and whose backward is the two operations' backward passes in
-// turn, or on CUDA with NALA_RESIDUAL_NORM_TRAIN_BWD=1 one kernel (residual_layer_norm_modulate_training_backward;
-// off by default until a GPU has run it, ops/fused_ops.h); the residual output's gradient is added in the LayerNorm's backward pass,
+// turn, or on CUDA with NALA_RESIDUAL_NORM_TRAIN_BWD=1 (default, ops/fused_ops.h) one kernel (residual_layer_norm_modulate_training_backward); the residual output's gradient is added in the LayerNorm's backward pass,
 // as layer_norm_modulate_residual's, and where it has none (the last block's sum, which only the final
 // layer reads) none is made up: no zero tensor is allocated and read.
 ModulatedAndResidual gated_residual_layer_norm_modulate(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& y, const at::Tensor& shift,

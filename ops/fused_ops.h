@@ -112,32 +112,35 @@ void set_residual_norm_fused(bool on);
 // operations. Any other value is an error.
 bool residual_norm_fused_training();
 void set_residual_norm_fused_training(bool on);
-// That operation's backward on CUDA: NALA_RESIDUAL_NORM_TRAIN_BWD=1 runs it as one kernel
+// That operation's backward on CUDA: NALA_RESIDUAL_NORM_TRAIN_BWD=1 (default) runs it as one kernel
 // (ops/cuda/block_kernels.cu ln_modulate_bwd with the gated residual's backward folded in: the
 // residual's gradient dx written once, not read back, ≈ 100 MB a residual at DiT-S/2's batch of 256),
-// bit for bit the two backward kernels, which 0 (default) runs. Off until its CUDA tests
-// (BlockKernels.ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels, DitTrainingChainedEqualsTheBlocks)
-// have passed on a GPU and a step has timed it: written in the thirty-first session, which was lent no
-// GPU (docs/benchmarks.md). Any other value is an error.
+// bit for bit the two backward kernels, which 0 runs. Measured on an H100 (2026-12-05, docs/benchmarks.md,
+// thirty-second session): DiT-S/2's step 35.6 -> 34.8 ms, NaLaDiT-S/2's 45.8 -> 45.2 ms. Any other value
+// is an error.
 bool residual_norm_training_backward_fused();
 void set_residual_norm_training_backward_fused(bool on);
 // The attention blocks' qkv (qkvg) projection and its split into heads in training on CUDA:
 // NALA_SPLIT_HEADS_BIAS=1 runs them as one operation whose backward sums the projection's bias gradient
 // inside the gather of the heads' gradients (ops/split_heads.h linear_split_heads): the column sum's
-// own pass over the (B·N, 3D) gradient goes (151 MB a DiT-S/2 block at batch 256, ≈ 0.7 ms of a 36 ms
-// step on an H100 by the thirtieth session's trace); with NALA_GEMM_BGRAD=1 too, that projection's
-// bias gradient still comes from the gather (its weight gradient from the plain GEMM). 0 (default):
-// the linear layer and the split apart. Off until a GPU has run its tests and a step has timed it (written in the thirty-first
-// session, which was lent no GPU). Any other value is an error.
-bool split_heads_bias_sums();
-void set_split_heads_bias_sums(bool on);
+// own pass over the (B·N, 3D) gradient goes (151 MB a DiT-S/2 block at batch 256); with
+// NALA_GEMM_BGRAD=1 too, that projection's bias gradient still comes from the gather (its weight
+// gradient from the plain GEMM). 0: the linear layer and the split apart. Unset (default): the one
+// operation for the plain split (softmax attention's qkv, repeat_part < 0) and the two apart for the
+// split with a repeated part (the gated NaLa block's qkvg, v twice), as measured on an H100
+// (2026-12-05, docs/benchmarks.md, thirty-second session): DiT-S/2's step 0.15 ms shorter with it,
+// NaLaDiT-S/2's 0.4 ms longer. Any other value is an error.
+bool split_heads_bias_sums(int64_t repeat_part);
+void set_split_heads_bias_sums(bool on);  // every split, or none
+void reset_split_heads_bias_sums();        // back to NALA_SPLIT_HEADS_BIAS's value (read at the next use)
 // The block backward kernels' per-sample vector gradients (dshift, dscale, dgate) are written as float32
-// partials per 32-token chunk and then summed over the chunks: NALA_BLOCK_SUMS_FUSED=1 sums all of an
+// partials per 32-token chunk and then summed over the chunks: NALA_BLOCK_SUMS_FUSED=1 (default) sums all of an
 // operation's partials in one launch and writes them in the vectors' own type (adaLN's chunks: bf16 under
-// autocast), where 0 (default) runs ATen's sum for each and a conversion after it: six small launches of
+// autocast), where 0 runs ATen's sum for each and a conversion after it: six small launches of
 // the training operation's backward become one (≈ 150 launches a DiT-S/2 step fewer). The same float32
-// sums up to their order. Off until a GPU has run its tests and timed it (written in the thirty-first
-// session, which was lent no GPU). Any other value is an error.
+// sums up to their order. Measured on an H100 (2026-12-05, thirty-second session): 0.05–0.1 ms a step
+// alone, with the other two switches DiT-S/2's step 34.5 ms against 34.8 with the one-kernel backward
+// alone. Any other value is an error.
 bool block_sums_fused();
 void set_block_sums_fused(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by

@@ -19,8 +19,8 @@ namespace nala::ops {
 std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part = -1);
 
 // split_heads of a projection's output x Wᵀ + b viewed as (B, N, P, H, d) (x (B, N, D); m the
-// projection, whose registered parameters it reads). Training on CUDA with NALA_SPLIT_HEADS_BIAS=1
-// (ops/fused_ops.h) it is one autograd operation (linear_split_heads_op) whose backward gathers the parts'
+// projection, whose registered parameters it reads). Training on CUDA with NALA_SPLIT_HEADS_BIAS's
+// setting (ops/fused_ops.h: by default for repeat_part < 0) it is one autograd operation (linear_split_heads_op) whose backward gathers the parts'
 // gradients and sums the bias gradient in the same pass (ops/cuda/gather_heads.h launch_gather_heads_sum);
 // otherwise ops::linear then split_heads. The same parts either way; the bias gradient within float32
 // rounding of the column sum's (summed in another order).

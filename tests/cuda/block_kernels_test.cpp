@@ -293,7 +293,7 @@ TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
         const double scale = db_plain.abs().max().item<double>();
         EXPECT_LT((db - db_plain).abs().max().item<double>() / scale, 1e-5) << what << ": db";
       }
-  set_split_heads_bias_sums(false);
+  reset_split_heads_bias_sums();
   set_gemm_bias_grads(bgrad);
   set_gemm_tuned_training(tuned);
 }

@@ -111,7 +111,7 @@ TEST(SplitHeads, LinearSplitHeadsEqualsTheComposition) {
     const auto parts = linear_split_heads(*m, x, 3, 2);
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(parts[size_t(i)], ref[size_t(i)]));
   }
-  set_split_heads_bias_sums(false);
+  reset_split_heads_bias_sums();
   EXPECT_THROW(linear_split_heads_op(x, m->weight, m->bias, 3, 5), std::exception);  // 24 outputs are not 3 parts of 5 heads
   EXPECT_THROW(linear_split_heads_op(x, m->weight, at::Tensor(), 3, 2), std::exception);
 }
