@@ -25,6 +25,7 @@ std::atomic<int> g_residual_norm_train{-1};
 std::atomic<int> g_residual_norm_train_bwd{-1};
 std::atomic<int> g_split_heads_bias{-1};
 std::atomic<int> g_block_sums{-1};
+std::atomic<int> g_gather_sum_grouped{-1};
 std::atomic<int> g_residual_staged{-1};
 std::atomic<int64_t> g_recomputations{0};
 
@@ -108,6 +109,8 @@ void set_split_heads_bias_sums(bool on) { g_split_heads_bias = on ? 1 : 0; }
 void reset_split_heads_bias_sums() { g_split_heads_bias = -1; }
 bool block_sums_fused() { return read_switch(g_block_sums, "NALA_BLOCK_SUMS_FUSED", 1); }
 void set_block_sums_fused(bool on) { g_block_sums = on ? 1 : 0; }
+bool gather_sum_grouped() { return read_switch(g_gather_sum_grouped, "NALA_GATHER_SUM_GROUPED", 0); }
+void set_gather_sum_grouped(bool on) { g_gather_sum_grouped = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
 

@@ -143,6 +143,15 @@ void reset_split_heads_bias_sums();        // back to NALA_SPLIT_HEADS_BIAS's va
 // alone. Any other value is an error.
 bool block_sums_fused();
 void set_block_sums_fused(bool on);
+// The summing gather of NALA_SPLIT_HEADS_BIAS (ops/cuda/gather_heads.cu gather_heads_sum_kernel):
+// NALA_GATHER_SUM_GROUPED=1 issues each thread's four rows' loads as one group before their adds, where
+// the PTX of 0 (default) waits a memory latency a row for the repeated part's threads (the gated NaLa
+// block's v: its two gradients' loads, then the add, then the next row's loads). The same values bit for
+// bit. Written in the thirty-second session after the gather lost 0.4 ms on NaLaDiT-S/2's repeated
+// split; off until a GPU has run BlockKernels.LinearSplitHeadsBiasFromTheGather with it and timed it
+// (scripts/device_steps/gather-sum.sh). Any other value is an error.
+bool gather_sum_grouped();
+void set_gather_sum_grouped(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
 // cp.async, the block's samples' gate, shift and scale converted to float there once
 // (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1

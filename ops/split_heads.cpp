@@ -101,8 +101,9 @@ void gather_grads(const tensor_list& grads, int64_t repeat, const at::Tensor& ds
       cuda::launch_gather_heads(p, at::cuda::getCurrentCUDAStream().stream());
       return;
     }
-    const cuda::GatherSumPlan plan = cuda::gather_heads_sum_plan(p, at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
-                                                                 gather_sum_blocks_per_sm());
+    cuda::GatherSumPlan plan = cuda::gather_heads_sum_plan(p, at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
+                                                           gather_sum_blocks_per_sm());
+    plan.grouped = gather_sum_grouped();
     const int64_t C = dst.size(2) * dst.size(3) * dst.size(4);
     const auto f32 = dst.options().dtype(at::kFloat);
     at::Tensor part = at::empty({plan.splits, C}, f32);  // (splits, C)

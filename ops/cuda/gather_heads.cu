@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace nala::ops::cuda {
 namespace {
@@ -90,7 +91,11 @@ constexpr int kSumUnroll = 4;  // rows a thread has in flight
 // A thread owns one 16-byte destination vector column c of the (R, C) destination and walks its
 // block's rows, kSumUnroll rows' loads in flight: the gather's stores as gather_heads_kernel's, and the
 // column's float32 sum over the rows, written to part (blockIdx.y, C)
-template <typename T>
+// GROUPED: the kSumUnroll rows' loads issued as one group (the part's, then the repeated part's second
+// gradient's), and only then added and stored: gathered()'s branches per row (a part without gradient,
+// the repeated part, the dtype) kept each row's loads behind the previous row's add in the PTX, so a
+// thread of the repeated part (NaLa's v) waited one memory latency a row. The same values, bit for bit.
+template <typename T, bool GROUPED>
 __global__ void gather_heads_sum_kernel(GatherHeadsParams p, int vec_per_row, int64_t R, int64_t rows_per_block, float* __restrict__ part) {
   constexpr int V = 16 / int(sizeof(T));
   const int row_vecs = p.P * p.H * vec_per_row;
@@ -108,10 +113,34 @@ __global__ void gather_heads_sum_kernel(GatherHeadsParams p, int vec_per_row, in
   int64_t r = begin;
   for (; r + kSumUnroll <= end; r += kSumUnroll) {
     uint4 val[kSumUnroll];
+    if constexpr (GROUPED) {
+      const char* src = static_cast<const char*>(p.src[part_i]);
+      const char* extra = part_i == p.extra_part ? static_cast<const char*>(p.extra) : nullptr;
+      int64_t src_off[kSumUnroll], extra_off[kSumUnroll];  // byte offsets of the rows' vectors
 #pragma unroll
-    for (int u = 0; u < kSumUnroll; ++u) {
-      val[u] = gathered(p, part_i, h, v, b, n);
-      if (++n == p.N) n = 0, ++b;
+      for (int u = 0; u < kSumUnroll; ++u) {
+        src_off[u] = (b * p.stride[part_i][0] + n * p.stride[part_i][1] + h * p.stride[part_i][2]) * p.element_size + int64_t(v) * 16;
+        extra_off[u] = (b * p.extra_stride[0] + n * p.extra_stride[1] + h * p.extra_stride[2]) * p.element_size + int64_t(v) * 16;
+        if (++n == p.N) n = 0, ++b;
+      }
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) val[u] = make_uint4(0, 0, 0, 0);
+      if (src)
+#pragma unroll
+        for (int u = 0; u < kSumUnroll; ++u) val[u] = *reinterpret_cast<const uint4*>(src + src_off[u]);
+      if (extra) {
+        uint4 e[kSumUnroll];
+#pragma unroll
+        for (int u = 0; u < kSumUnroll; ++u) e[u] = *reinterpret_cast<const uint4*>(extra + extra_off[u]);
+#pragma unroll
+        for (int u = 0; u < kSumUnroll; ++u) val[u] = src ? add_vec<T>(val[u], e[u]) : e[u];  // as gathered()
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        val[u] = gathered(p, part_i, h, v, b, n);
+        if (++n == p.N) n = 0, ++b;
+      }
     }
 #pragma unroll
     for (int u = 0; u < kSumUnroll; ++u) {
@@ -161,12 +190,17 @@ void launch_gather_heads_sum(const GatherHeadsParams& p, const GatherSumPlan& pl
   }
   const int threads = sum_threads(row_vecs);
   const dim3 grid(unsigned((row_vecs + threads - 1) / threads), unsigned(plan.splits));
-  if (p.element_size == 4)
-    gather_heads_sum_kernel<float><<<grid, threads, 0, cudaStream_t(stream)>>>(p, vec_per_row, R, plan.rows_per_block, part);
-  else if (p.dtype == GatherHeadsParams::Dtype::bf16)
-    gather_heads_sum_kernel<__nv_bfloat16><<<grid, threads, 0, cudaStream_t(stream)>>>(p, vec_per_row, R, plan.rows_per_block, part);
-  else
-    gather_heads_sum_kernel<__half><<<grid, threads, 0, cudaStream_t(stream)>>>(p, vec_per_row, R, plan.rows_per_block, part);
+  auto launch = [&](auto grouped) {
+    constexpr bool G = decltype(grouped)::value;
+    if (p.element_size == 4)
+      gather_heads_sum_kernel<float, G><<<grid, threads, 0, cudaStream_t(stream)>>>(p, vec_per_row, R, plan.rows_per_block, part);
+    else if (p.dtype == GatherHeadsParams::Dtype::bf16)
+      gather_heads_sum_kernel<__nv_bfloat16, G><<<grid, threads, 0, cudaStream_t(stream)>>>(p, vec_per_row, R, plan.rows_per_block, part);
+    else
+      gather_heads_sum_kernel<__half, G><<<grid, threads, 0, cudaStream_t(stream)>>>(p, vec_per_row, R, plan.rows_per_block, part);
+  };
+  if (plan.grouped) launch(std::true_type{});
+  else launch(std::false_type{});
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel gather_heads_sum failed to launch: ") + cudaGetErrorString(e));
   launch_column_sum_final(part, plan.splits, C, out, stream);

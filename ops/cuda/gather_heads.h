@@ -32,6 +32,7 @@ void launch_gather_heads(const GatherHeadsParams& p, void* stream);
 struct GatherSumPlan {
   int splits = 0;
   int64_t rows_per_block = 0;
+  bool grouped = false;  // a thread's rows' loads issued as one group (NALA_GATHER_SUM_GROUPED, ops/split_heads.cpp)
 };
 GatherSumPlan gather_heads_sum_plan(const GatherHeadsParams& p, int sms, int blocks_per_sm = 4);
 void launch_gather_heads_sum(const GatherHeadsParams& p, const GatherSumPlan& plan, float* part, float* out, void* stream);

@@ -245,9 +245,9 @@ TEST_F(BlockKernels, SplitHeadsGatherEqualsTheCopies) {
 // the column sum's. bf16 autocast and fp32, P = 3 and the gated block's P = 4 with v read twice, a part
 // unused, rows not a multiple of the kernel's unrolling, and D = 1152 (XL's heads: 3 × 16 × 72). The GEMM
 // switches set here (the defaults): with NALA_GEMM_BGRAD=1 the composition's weight gradient would come
-// from another GEMM.
+// from another GEMM. The summing gather runs both ways (NALA_GATHER_SUM_GROUPED), bit for bit alike.
 TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
-  const bool bgrad = gemm_bias_grads(), tuned = gemm_tuned_training();
+  const bool bgrad = gemm_bias_grads(), tuned = gemm_tuned_training(), grouped_was = gather_sum_grouped();
   set_gemm_bias_grads(false);
   set_gemm_tuned_training(false);
   for (auto [B, N, H, d] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 256, 6, 64}, {3, 37, 16, 72}, {2, 5, 2, 64}})
@@ -281,9 +281,14 @@ TEST_F(BlockKernels, LinearSplitHeadsBiasFromTheGather) {
         };
         const auto plain = run(false);
         const int64_t gathers0 = split_heads_summing_gathers();
+        set_gather_sum_grouped(false);
         const auto ours = run(true);
+        set_gather_sum_grouped(true);  // the rows' loads as one group: the same values bit for bit, db too (same order)
+        const auto ours_grouped = run(true);
+        set_gather_sum_grouped(grouped_was);
         set_split_heads_bias_sums(false);
-        EXPECT_EQ(split_heads_summing_gathers() - gathers0, 1);
+        EXPECT_EQ(split_heads_summing_gathers() - gathers0, 2);
+        for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(ours_grouped[i], ours[i])) << "grouped loads, gradient " << i;
         const std::string what = std::to_string(B) + "x" + std::to_string(N) + " H " + std::to_string(H) + " d " + std::to_string(d) + " P " +
                                  std::to_string(P) + (bf16 ? " bf16" : " fp32");
         EXPECT_TRUE(at::equal(ours[0], plain[0])) << what << ": dx";
