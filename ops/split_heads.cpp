@@ -1,7 +1,6 @@
 #include "ops/split_heads.h"
 
 #include <atomic>
-#include <cstdlib>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -73,23 +72,6 @@ bool gather_params(const tensor_list& grads, int64_t repeat, const at::Tensor& d
 }
 #endif
 
-#ifdef NALA_WITH_CUDA
-// NALA_GATHER_SUM_BLOCKS: the summing gather's blocks an SM (default 4; 1 to 32), a measurement knob
-// for its occupancy (one block holds P·H·d / 8 threads of 16-bit gradients, 144 at DiT-S/2's qkv):
-// more blocks, more rows' loads in flight and more float32 partials (splits · C) to add.
-int gather_sum_blocks_per_sm() {
-  static const int blocks = [] {
-    const char* v = std::getenv("NALA_GATHER_SUM_BLOCKS");
-    if (!v || !*v) return 4;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    TORCH_CHECK(*end == '\0' && n >= 1 && n <= 32, "environment variable NALA_GATHER_SUM_BLOCKS='", v, "' must be an integer from 1 to 32");
-    return int(n);
-  }();
-  return blocks;
-}
-#endif
-
 // dst (B, N, P, H, d) = the parts' gradients in the projection's layout, the repeated part's two added
 // (autograd's sum); with sums, also *sums (P·H·d) float32 = dst's column sums over B·N where the summing
 // kernel takes the layouts (else left undefined: the caller sums dst).
@@ -101,8 +83,7 @@ void gather_grads(const tensor_list& grads, int64_t repeat, const at::Tensor& ds
       cuda::launch_gather_heads(p, at::cuda::getCurrentCUDAStream().stream());
       return;
     }
-    cuda::GatherSumPlan plan = cuda::gather_heads_sum_plan(p, at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
-                                                           gather_sum_blocks_per_sm());
+    cuda::GatherSumPlan plan = cuda::gather_heads_sum_plan(p, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
     plan.grouped = gather_sum_grouped();
     const int64_t C = dst.size(2) * dst.size(3) * dst.size(4);
     const auto f32 = dst.options().dtype(at::kFloat);

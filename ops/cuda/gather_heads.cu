@@ -163,14 +163,15 @@ int sum_threads(int row_vecs) { return std::min(256, (row_vecs + 31) / 32 * 32);
 
 }  // namespace
 
-GatherSumPlan gather_heads_sum_plan(const GatherHeadsParams& p, int sms, int blocks_per_sm) {
+GatherSumPlan gather_heads_sum_plan(const GatherHeadsParams& p, int sms) {
   const int row_vecs = p.P * p.H * (p.d * p.element_size / 16);
   const int threads = sum_threads(row_vecs);
   const int col_blocks = (row_vecs + threads - 1) / threads;
   const int64_t R = int64_t(p.B) * p.N;
-  // about blocks_per_sm blocks an SM in all, each with at least 8 · kSumUnroll rows
+  // about 4 blocks an SM in all, each with at least 8 · kSumUnroll rows (8 and 16 were slower on an H100,
+  // docs/benchmarks.md, thirty-second session)
   const int64_t max_splits = std::max<int64_t>(1, (R + 8 * kSumUnroll - 1) / (8 * kSumUnroll));
-  const int64_t want = std::max<int64_t>(1, (int64_t(std::max(1, blocks_per_sm)) * sms + col_blocks - 1) / col_blocks);
+  const int64_t want = std::max<int64_t>(1, (4 * int64_t(sms) + col_blocks - 1) / col_blocks);
   const int64_t splits0 = std::min<int64_t>(want, std::min<int64_t>(max_splits, 65535));
   GatherSumPlan plan;
   plan.rows_per_block = std::max<int64_t>(1, (R + splits0 - 1) / splits0);

@@ -27,14 +27,13 @@ void launch_gather_heads(const GatherHeadsParams& p, void* stream);
 // it came from): dst viewed as (R = B·N, C = P·H·d); the grid's blocks each take a range of rows and
 // write their float32 sums to part (splits, C), which a second kernel adds in order into out (C).
 // Deterministic; dst bit for bit launch_gather_heads's. gather_heads_sum_plan sets splits and
-// rows_per_block for the device (sms multiprocessors, about blocks_per_sm blocks each); part must hold
-// splits · C floats.
+// rows_per_block for the device (sms multiprocessors); part must hold splits · C floats.
 struct GatherSumPlan {
   int splits = 0;
   int64_t rows_per_block = 0;
   bool grouped = false;  // a thread's rows' loads issued as one group (NALA_GATHER_SUM_GROUPED, ops/split_heads.cpp)
 };
-GatherSumPlan gather_heads_sum_plan(const GatherHeadsParams& p, int sms, int blocks_per_sm = 4);
+GatherSumPlan gather_heads_sum_plan(const GatherHeadsParams& p, int sms);
 void launch_gather_heads_sum(const GatherHeadsParams& p, const GatherSumPlan& plan, float* part, float* out, void* stream);
 
 }  // namespace nala::ops::cuda
