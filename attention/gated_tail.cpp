@@ -1,5 +1,9 @@
 #include "attention/gated_tail.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
@@ -10,6 +14,7 @@
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/gated_tail_cuda.h"
+#include "attention/cuda/nala_cuda.h"
 #endif
 
 namespace nala::attention {
@@ -17,6 +22,9 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
+
+std::atomic<int> g_lepe_in_attention{-1};  // −1: not read from NALA_LEPE_IN_ATTENTION yet
+std::atomic<int64_t> g_lepe_in_attention_runs{0};
 
 at::ScalarType compute_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
@@ -313,6 +321,63 @@ struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn
   }
 };
 
+// The gated block's attention and tail as one operation (nala_mixer): o = NaLa(q, k, v), then u and
+// y as the tail makes them. On CUDA the one-pass attention kernel adds LePE as it writes its output
+// (nala_forward_lepe_cuda), so o never goes to memory and the tail runs its LayerNorm-gate kernel
+// alone; for tensors that kernel does not take, and on the CPU, the attention and the tail run apart
+// (nala_attention_forward, tail_forward). It keeps q, k, v, the attention's state, v_tok, g, u and u's
+// statistics. The backward is the tail's (∂L/∂u, LePE's and the norm's gradients, ∂L/∂g, ∂L/∂v_tok),
+// then the attention's with ∂L/∂o = ∂L/∂u (u = o + LePE(v_tok) + b).
+struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok,
+                            const at::Tensor& g, const at::Tensor& lepe_w_in, const at::Tensor& lepe_b_in, const at::Tensor& norm_w,
+                            const at::Tensor& norm_b, const NalaOptions& opt, int64_t grid_h, int64_t grid_w, double eps, bool keep,
+                            int64_t out_dtype_int) {
+    const at::Tensor lepe_w = empty_as_absent(lepe_w_in), lepe_b = empty_as_absent(lepe_b_in);
+    const at::ScalarType out_dtype = at::ScalarType(out_dtype_int);
+    NalaForward a;
+    Saved s;
+#ifdef NALA_WITH_CUDA
+    // q stands for o in the check (the same shape, dtype and device as the attention's output)
+    // the kernel reads LePE's input through v: v_tok must be v's second view (the same memory)
+    const bool same_v = v_tok.data_ptr() == v.data_ptr() && v_tok.stride(0) == v.stride(0) && v_tok.stride(1) == v.stride(2) &&
+                        v_tok.stride(2) == 1 && v.stride(3) == 1 && v.stride(1) == v.size(3);
+    if (q.is_cuda() && lepe_w.defined() && same_v && out_dtype == q.scalar_type() && cuda::gated_tail_supported(q, v_tok, g, lepe_w, out_dtype)) {
+      NalaLepeForward f = nala_forward_lepe_cuda(q, k, v, opt, keep, lepe_w, lepe_b, grid_h, grid_w);
+      if (f.u.defined()) {
+        a = f.state;
+        const cuda::GatedTailSaved t = cuda::gated_tail_from_u(f.u, g, norm_w, norm_b, q.size(1), eps, true);
+        s = {t.y, t.u, t.mean, t.rstd, true};
+        ++g_lepe_in_attention_runs;
+      }
+    }
+#endif
+    if (!s.y.defined()) {
+      a = nala_attention_forward(q, k, v, opt, keep);  // o (B, H, N, d), and the state where kept
+      s = tail_forward(a.o, v_tok, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
+      a.o.reset();
+    }
+    ctx->save_for_backward({q, k, v, a.S, a.z, a.den, v_tok, g, lepe_w_in, lepe_b_in, norm_w, norm_b, s.u, s.mean, s.rstd});
+    save_nala_options(ctx, opt, "nala_");
+    ctx->saved_data["heads"] = q.size(1);
+    ctx->saved_data["grid_h"] = grid_h;
+    ctx->saved_data["grid_w"] = grid_w;
+    return s.y;  // (B, N, D)
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto sv = ctx->get_saved_variables();
+    const at::Tensor &q = sv[0], &k = sv[1], &v = sv[2], &v_tok = sv[6], &g = sv[7], &norm_w = sv[10], &norm_b = sv[11];
+    const at::Tensor lepe_w = empty_as_absent(sv[8]), lepe_b = empty_as_absent(sv[9]);
+    const NalaOptions opt = saved_nala_options(ctx, "nala_");
+    const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
+    Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw);  // ∂L/∂u as t.o (B, H, N, d)
+    auto [dq, dk, dv] = nala_attention_backward(q, k, v, NalaForward{at::Tensor(), sv[3], sv[4], sv[5]}, t.o, opt);  // (B, H, N, d) ×3
+    return {dq, dk, dv, t.v, t.g, grad_as(t.lepe_w, lepe_w), grad_as(t.lepe_b, lepe_b), grad_as(t.norm_w, norm_w), grad_as(t.norm_b, norm_b),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 void check_args(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t grid_h, int64_t grid_w) {
   TORCH_CHECK(o.dim() == 4, "gated_tail: o must be (B, H, N, d), got ", o.sizes());
   const int64_t B = o.size(0), N = o.size(2), D = o.size(1) * o.size(3);
@@ -405,6 +470,34 @@ at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, cons
   return NalaMixerRecomputingFn::apply(q, k, v, v_tok, gx, gw, gate_b, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w,
                                        norm_b, w, proj_b, opt, grid_h, grid_w, eps);
 }
+
+at::Tensor nala_mixer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& g,
+                      const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w, const at::Tensor& norm_b, const NalaOptions& opt,
+                      int64_t grid_h, int64_t grid_w, double eps) {
+  check_qkv(q, k, v, "nala_mixer");
+  check_options(opt, "nala_mixer");
+  check_args(q, v_tok, g, lepe_w, grid_h, grid_w);  // q has o's shape
+  bool grads = false;
+  for (const at::Tensor* t : {&q, &k, &v, &v_tok, &g, &lepe_w, &lepe_b, &norm_w, &norm_b}) grads = grads || (t->defined() && t->requires_grad());
+  const bool keep = at::GradMode::is_enabled() && grads;  // decided here: a Function's forward runs without grad mode
+  return NalaMixerFn::apply(q, k, v, v_tok, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, opt, grid_h, grid_w,
+                            eps, keep, int64_t(ops::fused_result_dtype(q)));
+}
+
+bool lepe_in_attention() {
+  int s = g_lepe_in_attention.load();
+  if (s < 0) {
+    const char* e = std::getenv("NALA_LEPE_IN_ATTENTION");
+    const std::string v = e ? e : "";
+    TORCH_CHECK(v.empty() || v == "0" || v == "1", "NALA_LEPE_IN_ATTENTION must be 0 or 1, got '", v, "'");
+    const int from_env = v == "1" ? 1 : 0;
+    s = g_lepe_in_attention.compare_exchange_strong(s, from_env) ? from_env : s;  // a set_lepe_in_attention() in between wins
+  }
+  return s == 1;
+}
+void set_lepe_in_attention(bool on) { g_lepe_in_attention = on ? 1 : 0; }
+void reset_lepe_in_attention() { g_lepe_in_attention = -1; }
+int64_t lepe_in_attention_runs() { return g_lepe_in_attention_runs.load(); }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                       const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {

@@ -60,6 +60,26 @@ at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, cons
                                   const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& proj_w, const at::Tensor& proj_b,
                                   const NalaOptions& opt, int64_t grid_h, int64_t grid_w, double eps);
 
+// The gated block's token mixer between its projections and the output projection: o =
+// nala_attention(q, k, v, opt), then gated_tail(o, v_tok, g, …) → y (B, N, D), as one operation. On
+// CUDA (bf16, d 64 or 72, LePE 3 or 5, the one-pass kernel's shapes) the attention kernel adds LePE as
+// it writes its output, u = o + LePE(v) + lepe_b: o never goes to memory and the tail's convolution
+// pass goes (attention/cuda/onepass_kernels.cuh); otherwise the two run apart, the same formulas.
+// v_tok is v as (B, N, H·d): the same values (the block passes a second view of the same projection
+// output; the CUDA kernel reads LePE's input through v). What the block runs with
+// NALA_LEPE_IN_ATTENTION=1 (lepe_in_attention; not with RoPE or NALA_RECOMPUTE=1). Any device (the CPU
+// tests check it against autograd of the composition in float64).
+at::Tensor nala_mixer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& g,
+                      const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w, const at::Tensor& norm_b, const NalaOptions& opt,
+                      int64_t grid_h, int64_t grid_w, double eps);
+// NALA_LEPE_IN_ATTENTION=1: the gated block runs nala_mixer (above); 0 or unset (the default until a
+// GPU has timed it): nala_attention, then gated_tail. Any other value is an error, at first use.
+bool lepe_in_attention();
+void set_lepe_in_attention(bool on);
+void reset_lepe_in_attention();  // back to the environment's value (read at the next use)
+// How many nala_mixer forwards ran the attention kernel with LePE inside (tests: the path was taken).
+int64_t lepe_in_attention_runs();
+
 // The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
 at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                                 const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps);

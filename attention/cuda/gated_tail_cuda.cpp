@@ -164,10 +164,11 @@ GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, cons
   return r;
 }
 
-at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads, double eps) {
+GatedTailSaved gated_tail_from_u(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads,
+                                 double eps, bool save) {
   const c10::cuda::CUDAGuard guard(u.device());
   TORCH_CHECK(u.is_contiguous() && aligned4(u) && vector_friendly(g) && g.sizes() == u.sizes() && g.scalar_type() == u.scalar_type(),
-              "gated_tail_y: u ", u.sizes(), " must be contiguous and g ", g.sizes(), " of its shape and dtype with unit channel stride");
+              "gated_tail: u ", u.sizes(), " must be contiguous and g ", g.sizes(), " of its shape and dtype with unit channel stride");
   GatedTailParams p = params_of(u, g, at::Tensor(), heads, 1, u.size(1));  // the grid plays no part in y
   p.eps = float(eps);
   check_parameter(norm_w, u, "norm.weight");
@@ -175,9 +176,20 @@ at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tens
   const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
   p.norm_w = nw.data_ptr<float>();
   p.norm_b = nb.data_ptr<float>();
-  at::Tensor y = at::empty_like(u);  // (B, N, D)
-  launch_gated_tail_y(p, u.data_ptr(), y.data_ptr(), stream());
-  return y;
+  GatedTailSaved r;
+  r.u = u;
+  r.y = at::empty_like(u);  // (B, N, D)
+  if (save) {
+    r.mean = at::empty({p.B, p.N}, u.options().dtype(at::kFloat));  // (B, N)
+    r.rstd = at::empty({p.B, p.N}, u.options().dtype(at::kFloat));  // (B, N)
+  }
+  launch_gated_tail_y(p, u.data_ptr(), r.y.data_ptr(), save ? r.mean.data_ptr<float>() : nullptr, save ? r.rstd.data_ptr<float>() : nullptr,
+                      stream());
+  return r;
+}
+
+at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads, double eps) {
+  return gated_tail_from_u(u, g, norm_w, norm_b, heads, eps, false).y;  // (B, N, D)
 }
 
 GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,

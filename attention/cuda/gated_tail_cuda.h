@@ -40,6 +40,10 @@ GatedTailSaved gated_tail_forward(const at::Tensor& o, const at::Tensor& v, cons
 // y = LayerNorm(u)·SiLU(g) recomputed from the forward's u (B, N, D) contiguous, bit for bit the
 // forward's y (the same kernel); g as in the forward. u's dtype must be one the kernels take.
 at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads, double eps);
+// The forward's second half from a u (B, N, D) contiguous that the attention kernel wrote with LePE
+// in it (nala_forward_lepe_cuda): y, and mean, rstd where save; r.u is u.
+GatedTailSaved gated_tail_from_u(const at::Tensor& u, const at::Tensor& g, const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t heads,
+                                 double eps, bool save);
 
 struct GatedTailGrads {
   at::Tensor o;                // (B, H, N, d) contiguous

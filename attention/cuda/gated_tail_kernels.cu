@@ -255,9 +255,9 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
 #pragma unroll
       for (int xo = 0; xo < kStrip; ++xo) a0[xo] = b0, a1[xo] = b1;
       if constexpr (KS > 0)
-        for_each_tap<T, KS>(win, r, [&](int t, int xo, float2 val) {
-          a0[xo] += w0[t] * val.x;
-          a1[xo] += w1[t] * val.y;
+        for_each_tap<T, KS>(win, r, [&](int t, int xo, float2 val) {  // fmaf: the one-pass kernel's LePE sums the same way
+          a0[xo] = fmaf(w0[t], val.x, a0[xo]);
+          a1[xo] = fmaf(w1[t], val.y, a1[xo]);
         });
       const int64_t n0 = int64_t(y) * p.grid_w + s.x0;
 #pragma unroll
@@ -609,15 +609,15 @@ void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float
   else forward_typed<float>(p, u, y, mean, rstd, st);
 }
 
-void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, void* stream) {
+void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, float* mean, float* rstd, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   const unsigned blocks = unsigned(ceil_div(p.B * p.N, kWarps));
   with_nv(p.D, [&](auto nv) {
     if (p.bf16)
       ln_gate_fwd<__nv_bfloat16, nv()><<<blocks, kWarps * 32, 0, st>>>(p, static_cast<const __nv_bfloat16*>(u), static_cast<__nv_bfloat16*>(y),
-                                                                         nullptr, nullptr);
+                                                                         mean, rstd);
     else
-      ln_gate_fwd<float, nv()><<<blocks, kWarps * 32, 0, st>>>(p, static_cast<const float*>(u), static_cast<float*>(y), nullptr, nullptr);
+      ln_gate_fwd<float, nv()><<<blocks, kWarps * 32, 0, st>>>(p, static_cast<const float*>(u), static_cast<float*>(y), mean, rstd);
   });
   check_launch("ln_gate_fwd (y recomputed)");
 }

@@ -52,8 +52,10 @@ int lepe_backward_chunks(const GatedTailParams& p);
 void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float* mean, float* rstd, void* stream);
 
 // y alone from u (the forward's ln_gate_fwd once more, so bit for bit the forward's y): the
-// backward's recomputation of y when it was not kept (attention/gated_tail.h gated_tail_proj_fused).
-void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, void* stream);
+// backward's recomputation of y when it was not kept (attention/gated_tail.h gated_tail_proj_fused),
+// and the forward's second half when the attention kernel wrote u itself (nala_mixer; then with
+// mean, rstd (B·N) float32 written where not null).
+void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, float* mean, float* rstd, void* stream);
 
 // dy (B, N, D) contiguous. Writes dg (B, N, D) contiguous, du (see above), dv (B, N, D) contiguous
 // (the LePE part of ∂L/∂v; not written when ks = 0), and the partial sums over token chunks:

@@ -1,5 +1,6 @@
 #include "attention/cuda/nala_cuda.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <optional>
@@ -254,6 +255,73 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   p.dv = dv.data_ptr();
   cuda::launch_nala_backward(p, at::cuda::getCurrentCUDAStream().stream());
   return {dq, dk, dv};
+}
+
+namespace {
+
+// Bytes of the largest window of v any one-pass tile reads for LePE: its tokens' grid rows and
+// R = ks / 2 rows either side (within the grid), every column, d bf16 channels a position; the
+// kernel's lepe_rows (attention/cuda/onepass_kernels.cuh) for every tile of every rank.
+int lepe_window_bytes(int N, int ranks, int per_rank, int grid_h, int grid_w, int ks, int d) {
+  const int R = ks / 2;
+  int rows = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const int begin = r * per_rank, end = std::min(N, begin + per_rank);
+    for (int t0 = begin; t0 < end; t0 += cuda::kOnePassTile) {
+      const int t_last = std::min(end, t0 + cuda::kOnePassTile) - 1;
+      rows = std::max(rows, std::min(grid_h - 1, t_last / grid_w + R) - std::max(0, t0 / grid_w - R) + 1);
+    }
+  }
+  return rows * grid_w * d * 2;
+}
+
+}  // namespace
+
+NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,
+                                       bool save_state, const at::Tensor& lepe_w, const at::Tensor& lepe_b, int64_t grid_h, int64_t grid_w) {
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  NalaLepeForward r;
+  TORCH_CHECK(q_in.dim() == 4 && grid_h * grid_w == q_in.size(2), "nala_forward_lepe_cuda: ", q_in.size(2), " tokens do not fill a ", grid_h,
+              "x", grid_w, " grid");
+  if (q_in.scalar_type() != at::kBFloat16 || !lepe_w.defined() || lepe_w.dim() != 4) return r;
+  const int ks = int(lepe_w.size(-1)), d = int(q_in.size(3)), Dm = int(q_in.size(1) * q_in.size(3));
+  TORCH_CHECK(lepe_w.size(0) == Dm && lepe_w.size(1) == 1 && lepe_w.size(2) == ks, "nala_forward_lepe_cuda: lepe weight ", lepe_w.sizes(),
+              " is not (", Dm, ", 1, k, k)");
+  at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  cuda::NalaKernelParams p = base_params(q, k, v, opt);
+  const int feat = int(feature_dim(opt.feature_map, 1));
+  if (!(p.vec_loads && cuda::onepass_supported(p.D, feat) && (ks == 3 || ks == 5))) return r;
+  if (!take_onepass(p, feat, q)) return r;
+  const int window = lepe_window_bytes(p.N, p.chunks, p.tokens_per_chunk, int(grid_h), int(grid_w), ks, d);
+  if (!cuda::onepass_lepe_layout(p.D, feat, ks, window, p.lepe_window, p.lepe_smem)) return r;
+  // the taps (ks², D) tap-major and the bias, float32 and 16-byte aligned (the kernel's float4 loads)
+  const auto aligned_f32 = [](const at::Tensor& t) {
+    at::Tensor c = t.to(at::kFloat).contiguous();
+    return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+  };
+  TORCH_CHECK(lepe_w.device() == q.device() && (!lepe_b.defined() || lepe_b.device() == q.device()), "nala_forward_lepe_cuda: the LePE parameters are on ",
+              lepe_w.device(), ", q on ", q.device());
+  const at::Tensor wt = aligned_f32(lepe_w.reshape({Dm, ks * ks}).t());                                           // (ks², D)
+  const at::Tensor bias = lepe_b.defined() ? aligned_f32(lepe_b) : at::zeros({Dm}, q.options().dtype(at::kFloat));  // (D)
+  p.lepe_ks = ks;
+  p.grid_h = int(grid_h);
+  p.grid_w = int(grid_w);
+  p.lepe_wt = wt.data_ptr<float>();
+  p.lepe_b = bias.data_ptr<float>();
+  r.u = at::empty({p.B, p.N, Dm}, q.options());  // (B, N, H·d)
+  auto f32 = q.options().dtype(at::kFloat);
+  if (save_state) {
+    r.state.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);  // (B, H, Fp, Dp)
+    r.state.z = at::empty({p.B, p.H, p.Fp}, f32);        // (B, H, Fp)
+    r.state.den = at::empty({p.B, p.H, p.N}, f32);       // (B, H, N)
+    p.S = r.state.S.data_ptr<float>();
+    p.z = r.state.z.data_ptr<float>();
+    p.den = r.state.den.data_ptr<float>();
+  }
+  poison({r.u, r.state.S, r.state.z, r.state.den});
+  p.u = r.u.data_ptr();
+  cuda::launch_nala_forward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
+  return r;
 }
 
 }  // namespace nala::attention

@@ -19,6 +19,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o, const NalaOptions& opt);
 
+// The one-pass forward with the gated block's LePE added as it writes its output (attention/gated_tail.h
+// nala_mixer): u = o + LePE(v) + lepe_b, (B, N, H·d) contiguous, where LePE is the depthwise conv of
+// v over the grid_h × grid_w token grid (lepe_w (H·d, 1, ks, ks), lepe_b (H·d) or undefined); o is
+// never written; S, z, den in state as nala_forward_cuda keeps them (state.o undefined). An undefined
+// u: the kernel does not take these tensors (not bf16, d not 64 or 72, too few (batch, head) pairs for
+// the one-pass kernel, ks not 3 or 5, or v's window would cost the kernel its second CTA an SM), and
+// the caller runs the attention and the LePE apart.
+struct NalaLepeForward {
+  NalaForward state;
+  at::Tensor u;
+};
+NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, bool save_state,
+                                       const at::Tensor& lepe_w, const at::Tensor& lepe_b, int64_t grid_h, int64_t grid_w);
+
 // Tests: fill every output and intermediate buffer with NaN before each launch, so an element a
 // kernel forgets to write shows up as NaN instead of stale memory.
 void set_nala_cuda_poison(bool on);

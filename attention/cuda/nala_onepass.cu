@@ -20,6 +20,19 @@ bool onepass_bf16_state_adds_a_block(int D, int feat) {
   return false;
 }
 
+bool onepass_lepe_layout(int D, int feat, int ks, int window_bytes, int& offset, int& smem_bytes) {
+  if (!onepass_supported(D, feat) || (ks != 3 && ks != 5) || window_bytes <= 0) return false;
+  int bytes = 0, front = 0;  // the kernel's shared memory; the front that phase 2 leaves unused (up to the φ tile)
+#define NALA_SIZES(DD, FF)                                                 \
+  if (D == DD && feat == FF) bytes = OnePass<DD, FF>::BYTES, front = OnePass<DD, FF>::PHI;
+  NALA_SIZES(64, 2) NALA_SIZES(72, 2) NALA_SIZES(64, 1) NALA_SIZES(72, 1)
+#undef NALA_SIZES
+  offset = window_bytes <= front ? 0 : (bytes + 15) / 16 * 16;
+  smem_bytes = window_bytes <= front ? bytes : offset + window_bytes;
+  // two CTAs an SM: 228 KB of shared memory, 1 KB of it reserved a CTA
+  return 2 * (smem_bytes + 1024) <= 228 * 1024;
+}
+
 template <typename Kernel>
 static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threads, int smem_bytes, cudaStream_t st, const char* what) {
   if (P.chunks < 1 || P.chunks > 8 || P.tokens_per_chunk % kOnePassTile != 0)
@@ -45,7 +58,13 @@ static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threa
 
 template <int D, int FEAT>
 static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
-  if (forward)
+  if (forward && P.lepe_ks == 5)
+    launch_clustered(onepass_forward_kernel<D, FEAT, 5>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
+  else if (forward && P.lepe_ks == 3)
+    launch_clustered(onepass_forward_kernel<D, FEAT, 3>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
+  else if (forward && P.lepe_ks != 0)
+    throw std::runtime_error("nala one-pass forward: no LePE kernel of size " + std::to_string(P.lepe_ks));
+  else if (forward)
     launch_clustered(onepass_forward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePass<D, FEAT>::BYTES, st, "forward");
   else if (P.state_lo)
     launch_clustered(onepass_backward_kernel<D, FEAT, true>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT, true>::BYTES, st, "backward");

@@ -47,6 +47,16 @@ struct NalaKernelParams {
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
   bool state_lo = true;      // one-pass backward: S and dS' as bf16 hi + lo pairs (else hi only)
   DType dtype = DType::F32;
+  // One-pass forward with LePE (lepe_ks 3 or 5; 0: none): instead of o the kernel writes
+  // u = o + LePE(v) + lepe_b to u, (B, N, H·D) contiguous, where LePE is the depthwise lepe_ks²
+  // convolution of v over the grid_h × grid_w token grid (row-major, zero padding) with the taps
+  // lepe_wt (lepe_ks², H·D) float32 tap-major and lepe_b (H·D) float32, both 16-byte aligned. A tile's
+  // window of v (grid rows, D channels a position) sits at byte lepe_window of shared memory;
+  // lepe_smem is the launch's dynamic shared memory (onepass_lepe_layout).
+  void* u = nullptr;
+  const float* lepe_wt = nullptr;
+  const float* lepe_b = nullptr;
+  int lepe_ks = 0, grid_h = 0, grid_w = 0, lepe_window = 0, lepe_smem = 0;
 };
 
 // Sizes that nala_cuda.cpp needs to allocate buffers and pick the sequence split.
@@ -73,5 +83,10 @@ void launch_nala_backward_onepass(const NalaKernelParams& p, void* stream);
 // Whether holding S and dS' in bf16 alone (p.state_lo = false) lets the one-pass backward run two
 // CTAs an SM where the hi + lo pairs allow one.
 bool onepass_bf16_state_adds_a_block(int D, int feat);
+// Where the one-pass forward with LePE keeps a window of window_bytes: at the front of its shared
+// memory, which phase 2 leaves unused (the reduce's partial state only passes through it; offset 0,
+// the kernel's shared memory unchanged), or after the kernel's own shared memory. False when the kernel has no LePE variant for (D, feat,
+// ks) or the window would cost the second CTA an SM.
+bool onepass_lepe_layout(int D, int feat, int ks, int window_bytes, int& offset, int& smem_bytes);
 
 }  // namespace nala::attention::cuda

@@ -20,6 +20,7 @@
 #include "attention/cuda/feature_maps.cuh"
 #include "attention/cuda/mma_bf16.cuh"
 #include "attention/cuda/mma.cuh"
+#include "ops/cuda/cp_async.cuh"
 
 namespace nala::attention::cuda {
 
@@ -200,7 +201,86 @@ __device__ __forceinline__ void accumulate_state(Acc& acc, const __nv_bfloat16* 
   }
 }
 
-template <int D, int FEAT>
+// ---- LePE in the forward (KS = P.lepe_ks > 0; docs/nala_attention.md §5): a tile's outputs become
+// u = o + Σ_taps w·v + b as they are written, so o never goes to memory and the tail's separate
+// convolution pass (read v and o, write u) goes. The sums are lepe_conv's (attention/cuda/
+// gated_tail_kernels.cu) in its order: the bias, then the taps row by row (fmaf; a tap outside the
+// grid adds w·0), then the attention's bf16 o, rounded once to bf16.
+struct LepeRows {
+  int y0, y1;  // the grid rows of v a tile's outputs read
+};
+__device__ __forceinline__ LepeRows lepe_rows(const NalaKernelParams& P, int t0, int t_end, int R) {
+  return {max(0, t0 / P.grid_w - R), min(P.grid_h - 1, (t_end - 1) / P.grid_w + R)};
+}
+
+// This (batch, head)'s v on grid rows r.y0..r.y1, every column, into win (positions × D bf16, dense)
+// by 16-byte cp.async, one group.
+template <int D, int THREADS>
+__device__ __forceinline__ void lepe_stage_window(__nv_bfloat16* win, const NalaKernelParams& P, int b, int h, LepeRows r) {
+  constexpr int CH = D / 8;
+  const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(P.v) + b * P.v_stride[0] + h * P.v_stride[1];
+  const int n0 = r.y0 * P.grid_w, count = (r.y1 - r.y0 + 1) * P.grid_w * CH;
+  for (int i = threadIdx.x; i < count; i += THREADS) {
+    const int pos = i / CH, c = i - pos * CH;
+    nala::cuda_async::cp_async<16>(win + pos * D + 8 * c, base + int64_t(n0 + pos) * P.v_stride[2] + 8 * c);
+  }
+  nala::cuda_async::cp_async_commit();
+}
+
+// u for tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the staged o tile (bf16 rows t, leading dimension LD) and
+// the window: a thread 8 channels of a token at a time, consecutive threads along the channels
+// (the window's reads conflict-free, u's stores 16 bytes each).
+template <int D, int KS, int LD, int THREADS>
+__device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, const __nv_bfloat16* o_tile, int b,
+                                              int h, int t0, int rows) {
+  constexpr int CH = D / 8, R = KS / 2;
+  const int Dm = P.H * D;
+  for (int i = threadIdx.x; i < rows * CH; i += THREADS) {
+    const int t = i / CH, c = i - t * CH, n = t0 + t;
+    const int y = n / P.grid_w, x = n - y * P.grid_w;
+    const int ch = h * D + 8 * c;  // the model channel of this thread's first
+    float acc[8];
+    {
+      const float4 b0 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch)), b1 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch + 4));
+      acc[0] = b0.x, acc[1] = b0.y, acc[2] = b0.z, acc[3] = b0.w, acc[4] = b1.x, acc[5] = b1.y, acc[6] = b1.z, acc[7] = b1.w;
+    }
+#pragma unroll
+    for (int ti = 0; ti < KS; ++ti) {
+      const int yy = y + ti - R;
+      const bool row_in = yy >= 0 && yy < P.grid_h;
+      const __nv_bfloat16* wrow = win + (yy - r.y0) * P.grid_w * D + 8 * c;  // read only where row_in
+#pragma unroll
+      for (int tj = 0; tj < KS; ++tj) {
+        const int xx = x + tj - R;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (row_in && xx >= 0 && xx < P.grid_w) raw = *reinterpret_cast<const uint4*>(wrow + xx * D);
+        const float* wt = P.lepe_wt + (ti * KS + tj) * Dm + ch;
+        const float4 w0 = __ldg(reinterpret_cast<const float4*>(wt)), w1 = __ldg(reinterpret_cast<const float4*>(wt + 4));
+        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float2 v2 = __bfloat1622float2(e[u]);
+          acc[2 * u] = fmaf(w[2 * u], v2.x, acc[2 * u]);
+          acc[2 * u + 1] = fmaf(w[2 * u + 1], v2.y, acc[2 * u + 1]);
+        }
+      }
+    }
+    const uint4 oraw = *reinterpret_cast<const uint4*>(o_tile + t * LD + 8 * c);
+    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&oraw);
+    uint4 out;
+    __nv_bfloat162* u2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 of = __bfloat1622float2(o2[u]);
+      u2[u] = __floats2bfloat162_rn(acc[2 * u] + of.x, acc[2 * u + 1] + of.y);
+    }
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n) * Dm + ch) = out;
+  }
+}
+
+// KS > 0: LePE in the output (P.lepe_ks == KS; the block above), u written instead of o.
+template <int D, int FEAT, int KS = 0>
 __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
   using T = __nv_bfloat16;
@@ -251,10 +331,16 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
   const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
   constexpr int DEN_HALF = D / (O::NH * 8), DEN_TILE = D % (O::NH * 8) / 8, DEN_COL = D % 8;
   const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  T* lepe_win = reinterpret_cast<T*>(sm + P.lepe_window);  // KS > 0: v's window (the front of shared memory or past BYTES)
   for (int t0 = begin; t0 < end; t0 += TILE) {
     if (t0 + TILE < end) fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
     token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
-    __syncthreads();
+    __syncthreads();  // also: every thread is past the previous tile's window reads
+    LepeRows lr{0, 0};
+    if constexpr (KS > 0) {  // the window's copies fly under the products
+      lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
+      lepe_stage_window<D, O::THREADS>(lepe_win, P, b, h, lr);
+    }
     float c[O::NH][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < O::Fp; k0 += 16) {
@@ -270,8 +356,10 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     __syncthreads();
     stage_bf16<D, O::NH, O::LDV>(c, mt * 16, nh * O::NH * 8, vs, [&](int r) { return 1.f / dens[r]; });
     if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
-    __syncthreads();
-    copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o), vs, int64_t(bh) * P.N + t0, end - t0);
+    if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
+    __syncthreads();  // the o tile (and the window) visible to every thread
+    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS>(P, lepe_win, lr, vs, b, h, t0, min(TILE, end - t0));
+    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o), vs, int64_t(bh) * P.N + t0, end - t0);
     fq = fq_next;
   }
 }

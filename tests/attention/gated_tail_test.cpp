@@ -6,12 +6,15 @@
 // (tests/cuda/gated_tail_test.cpp).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
 #include "attention/gated_tail.h"
+#include "attention/nala_attention.h"
 #include "ops/fused_ops.h"
 #include "rel_error.h"
 
@@ -141,4 +144,73 @@ TEST(GatedTailProj, RecomputedYEqualsTheCompositionInFloat64AndFloat32) {
       EXPECT_LT(rel(ours32[i], ref[i]), 1e-5) << "ks" << c.ks << " float32 " << names[i];
     }
   }
+}
+
+// nala_mixer (the gated block's attention and tail as one operation; on CUDA the attention kernel adds
+// LePE to its output) in its CPU form against autograd of nala_attention followed by the plain tail
+// composition, in float64: y and the gradients of q, k, v (through the qkvg projection they are views
+// of, v's second view, LePE's input, included), of g, and of every parameter; LePE 5, 3 and none,
+// square and non-square grids. The CUDA kernel path is checked against this path on the GPU
+// (tests/cuda/gated_tail_test.cpp, GatedTailKernels.LepeInAttentionEqualsTheTwoOperations).
+TEST(NalaMixer, EqualsTheAttentionAndTheTailInFloat64) {
+  struct Case {
+    int64_t B, H, d, gh, gw, ks;
+  };
+  for (const Case& c : {Case{2, 2, 8, 4, 4, 5}, Case{1, 3, 4, 3, 7, 3}, Case{2, 1, 8, 5, 2, 0}}) {
+    torch::manual_seed(5);
+    Inputs in0 = make(c.B, c.H, c.d, c.gh, c.gw, c.ks, at::kDouble);
+    const int64_t N = c.gh * c.gw, D = c.H * c.d;
+    const at::Tensor w = at::randn({c.B, N, D}, at::kDouble);
+    const std::string what = "grid " + std::to_string(c.gh) + "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks);
+    auto run_mixer = [&](bool mixer) {
+      auto leaf = [](const at::Tensor& t) { return t.defined() ? t.detach().clone().requires_grad_(true) : at::Tensor(); };
+      Inputs in{leaf(in0.qkvg), at::Tensor(), leaf(in0.lepe_w), leaf(in0.lepe_b), leaf(in0.norm_w), leaf(in0.norm_b)};
+      at::Tensor q = in.qkvg.select(2, 0).transpose(1, 2), k = in.qkvg.select(2, 1).transpose(1, 2), v = in.qkvg.select(2, 2).transpose(1, 2);
+      at::Tensor v_tok = in.qkvg.select(2, 2).reshape({c.B, N, D}), g = in.qkvg.select(2, 3).reshape({c.B, N, D});  // (B, N, D) views
+      NalaOptions opt;
+      at::Tensor y = mixer ? nala_mixer(q, k, v, v_tok, g, in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, opt, c.gh, c.gw, 1e-5)
+                           : gated_tail_reference(nala_attention(q, k, v, opt), v_tok, g, in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, c.gh, c.gw,
+                                                  1e-5);  // (B, N, D)
+      (y * w).sum().backward();
+      auto grad = [](const at::Tensor& t) { return t.defined() ? t.grad() : at::Tensor(); };
+      // the o slot holds nothing here: q, k, v's gradients are in qkvg's
+      return Result{y.detach(), in.qkvg.grad(), at::Tensor(), grad(in.lepe_w), grad(in.lepe_b), in.norm_w.grad(), in.norm_b.grad()};
+    };
+    expect_close(run_mixer(true), run_mixer(false), 1e-11, what);
+  }
+}
+
+TEST(NalaMixer, BadShapesNameTheValue) {
+  Inputs in = make(1, 2, 4, 3, 3, 5, at::kFloat);
+  at::Tensor q = in.qkvg.select(2, 0).transpose(1, 2), k = in.qkvg.select(2, 1).transpose(1, 2), v = in.qkvg.select(2, 2).transpose(1, 2);
+  at::Tensor v_tok = in.qkvg.select(2, 2).reshape({1, 9, 8}), g = in.qkvg.select(2, 3).reshape({1, 9, 8});
+  try {
+    nala_mixer(q, k, v, v_tok, g, in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, {}, 2, 4, 1e-5);
+    FAIL() << "a 2x4 grid for 9 tokens was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("9 tokens do not fill a 2x4 grid"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(nala_mixer(q, k, v, v_tok, g.narrow(2, 0, 4), in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, {}, 3, 3, 1e-5), std::exception);
+}
+
+// NALA_LEPE_IN_ATTENTION: unset or 0 off, 1 on, anything else an error naming the value.
+TEST(NalaMixer, SwitchValues) {
+  const char* old = std::getenv("NALA_LEPE_IN_ATTENTION");
+  const std::string saved = old ? old : "";
+  for (const auto& [value, on] : {std::pair<const char*, bool>{"", false}, {"0", false}, {"1", true}}) {
+    setenv("NALA_LEPE_IN_ATTENTION", value, 1);
+    reset_lepe_in_attention();
+    EXPECT_EQ(lepe_in_attention(), on) << "'" << value << "'";
+  }
+  setenv("NALA_LEPE_IN_ATTENTION", "yes", 1);
+  reset_lepe_in_attention();
+  try {
+    lepe_in_attention();
+    ADD_FAILURE() << "'yes' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_IN_ATTENTION must be 0 or 1, got 'yes'"), std::string::npos) << e.what();
+  }
+  if (old) setenv("NALA_LEPE_IN_ATTENTION", saved.c_str(), 1);
+  else unsetenv("NALA_LEPE_IN_ATTENTION");
+  reset_lepe_in_attention();
 }
