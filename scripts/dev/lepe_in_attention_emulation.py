@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+# A design aid for the one-pass forward with LePE (attention/cuda/onepass_kernels.cuh: lepe_rows,
+# lepe_stage_window, lepe_rows_out; the host's rank split and lepe_window_bytes in
+# attention/cuda/nala_cuda.cpp): emulates their index math on the CPU in float64, tile by tile and
+# thread item by thread item, and compares u = o + LePE(v) + b with torch's conv2d. It also checks
+# that every window read falls inside the rows a tile staged and that the host's window size covers
+# every tile. Run it after changing that code:
+#   .venv/bin/python scripts/dev/lepe_in_attention_emulation.py
+# (the kernel itself is tested on the GPU: GatedTailKernels.LepeInAttentionEqualsTheTwoOperations).
+import torch
+torch.manual_seed(0)
+TILE = 64
+
+def rank_split(N, BH, sms=132):  # nala_cuda.cpp onepass_split
+    tiles = (N + TILE - 1) // TILE
+    ranks = 1
+    while ranks < 8 and ranks < tiles and BH * ranks < 4 * sms:
+        ranks *= 2
+    per = ((N + ranks - 1) // ranks + TILE - 1) // TILE * TILE
+    return (N + per - 1) // per, per
+
+def lepe_rows(t0, t_end, gh, gw, R):  # onepass_kernels.cuh lepe_rows
+    return max(0, t0 // gw - R), min(gh - 1, (t_end - 1) // gw + R)
+
+def window_bytes(N, ranks, per, gh, gw, ks, d):  # nala_cuda.cpp lepe_window_bytes
+    R, rows = ks // 2, 0
+    for r in range(ranks):
+        begin, end = r * per, min(N, (r + 1) * per)
+        for t0 in range(begin, end, TILE):
+            last = min(end, t0 + TILE) - 1
+            rows = max(rows, min(gh - 1, last // gw + R) - max(0, t0 // gw - R) + 1)
+    return rows * gw * d * 2
+
+def check(B, H, d, gh, gw, ks):
+    N, D, R, CH = gh * gw, H * d, ks // 2, d // 8
+    v = torch.randn(B, H, N, d, dtype=torch.float64)
+    o = torch.randn(B, H, N, d, dtype=torch.float64)
+    w = torch.randn(D, 1, ks, ks, dtype=torch.float64)
+    bias = torch.randn(D, dtype=torch.float64)
+    wt = w.reshape(D, ks * ks).t().contiguous()  # (ks², D) tap-major
+    ranks, per = rank_split(N, B * H)
+    limit = window_bytes(N, ranks, per, gh, gw, ks, d)
+    u = torch.full((B, N, D), float('nan'), dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            for r in range(ranks):
+                begin, end = r * per, min(N, (r + 1) * per)
+                for t0 in range(begin, end, TILE):
+                    y0, y1 = lepe_rows(t0, min(end, t0 + TILE), gh, gw, R)
+                    count = (y1 - y0 + 1) * gw
+                    assert count * d * 2 <= limit, (B, H, d, gh, gw, ks, t0)
+                    win = v[b, h, y0 * gw:y0 * gw + count]  # (positions, d): lepe_stage_window's copy
+                    rows = min(TILE, end - t0)
+                    for i in range(rows * CH):  # lepe_rows_out's items
+                        t, c = divmod(i, CH)
+                        n = t0 + t
+                        y, x = divmod(n, gw)
+                        ch = h * d + 8 * c
+                        acc = bias[ch:ch + 8].clone()
+                        for ti in range(ks):
+                            yy = y + ti - R
+                            for tj in range(ks):
+                                xx = x + tj - R
+                                val = torch.zeros(8, dtype=torch.float64)
+                                if 0 <= yy < gh and 0 <= xx < gw:
+                                    pos = (yy - y0) * gw + xx
+                                    assert 0 <= pos < count, (t0, n, ti, tj)
+                                    val = win[pos, 8 * c:8 * c + 8]
+                                acc = acc + wt[ti * ks + tj, ch:ch + 8] * val
+                        u[b, n, ch:ch + 8] = acc + o[b, h, n, 8 * c:8 * c + 8]
+    img = v.permute(0, 1, 3, 2).reshape(B, D, gh, gw)  # (B, D, Hg, Wg): channel h·d + e
+    ref = torch.nn.functional.conv2d(img, w, bias, padding=R, groups=D).flatten(2).transpose(1, 2)  # (B, N, D)
+    ref = ref + o.permute(0, 2, 1, 3).reshape(B, N, D)
+    err = (u - ref).abs().max().item()
+    assert err < 1e-12, (B, H, d, gh, gw, ks, err)
+    print(f"B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, max |u − conv2d| {err:.1e}")
+
+# DiT-S/2's grid; a cluster of 8 ranks; tiles ending mid-row; d 72; a grid narrower than R; one row
+for case in [(2, 1, 64, 16, 16, 5), (1, 1, 64, 32, 32, 5), (2, 1, 64, 12, 24, 3), (1, 2, 72, 16, 16, 5), (1, 1, 8, 40, 3, 5),
+             (1, 1, 8, 1, 70, 3), (1, 1, 8, 9, 7, 5)]:
+    check(*case)
