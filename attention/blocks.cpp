@@ -86,9 +86,9 @@ at::Tensor GatedNalaAttention::mix_heads(const std::vector<at::Tensor>& t, int64
   at::Tensor k = t[1].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor v = t[2].transpose(1, 2);                                    // (B, H, N, d)
   at::Tensor g = t[3].reshape({B, N, D});                                 // (B, N, D) strided view
-  if (lepe && !cfg_.rope && q.is_cuda() && ops::fused_block_ops() && !ops::recompute_saved() && lepe_in_attention())
+  if (lepe && !cfg_.rope && q.is_cuda() && ops::fused_block_ops() && !ops::recompute_saved() && lepe_in_attention() > 0)
     return ops::linear(proj, nala_mixer(q, k, v, t[4].reshape({B, N, D}), g, lepe->weight, lepe->bias, norm->weight, norm->bias, cfg_.nala, grid_h,
-                                        grid_w, norm->options.eps()));  // (B, N, D)
+                                        grid_w, norm->options.eps(), lepe_in_attention()));  // (B, N, D)
   at::Tensor o = attend(q, k, v, grid_h, grid_w);                         // (B, H, N, d)
   // LePE + residual + LayerNorm + SiLU gate: one fused operation on CUDA (attention/gated_tail.h)
   at::Tensor y = gated_tail(o, t[4].reshape({B, N, D}), g, lepe ? lepe->weight : at::Tensor(), lepe ? lepe->bias : at::Tensor(), norm->weight,

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -24,7 +25,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 std::atomic<int> g_lepe_in_attention{-1};  // −1: not read from NALA_LEPE_IN_ATTENTION yet
-std::atomic<int64_t> g_lepe_in_attention_runs{0};
+std::atomic<int64_t> g_lepe_in_attention_runs{0}, g_lepe_in_attention_backward_runs{0};
 
 at::ScalarType compute_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
@@ -124,17 +125,28 @@ Saved tail_forward(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g
   return forward_aten(o, v, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
 }
 
+#ifdef NALA_WITH_CUDA
+// Whether the tail's backward runs the kernels for what the forward kept
+bool tail_backward_kernels(int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& u,
+                           const at::Tensor& mean) {
+  return u.is_cuda() && u.is_contiguous() && mean.scalar_type() == at::kFloat &&
+         cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), v, g, lepe_w, u.scalar_type());
+}
+#endif
+
 // The tail's backward from ∂L/∂y (B, N, D): the kernels where they take the tensors, else ATen.
+// lepe_dv false (the kernels only): LePE's part of ∂L/∂v is left out (r.v undefined) for the
+// attention's backward to add (nala_mixer).
 Grads tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                     const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd,
-                    int64_t gh, int64_t gw) {
+                    int64_t gh, int64_t gw, bool lepe_dv = true) {
 #ifdef NALA_WITH_CUDA
-  if (u.is_cuda() && u.is_contiguous() && mean.scalar_type() == at::kFloat &&
-      cuda::gated_tail_supported(u.view({u.size(0), u.size(1), heads, -1}).transpose(1, 2), v, g, lepe_w, u.scalar_type())) {
-    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
+  if (tail_backward_kernels(heads, v, g, lepe_w, u, mean)) {
+    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv);
     return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};
   }
 #endif
+  TORCH_CHECK(lepe_dv, "gated_tail: LePE's input gradient can be left to the attention only where the tail's kernels run");
   return backward_aten(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
 }
 
@@ -327,16 +339,19 @@ struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn
 // alone; for tensors that kernel does not take, and on the CPU, the attention and the tail run apart
 // (nala_attention_forward, tail_forward). It keeps q, k, v, the attention's state, v_tok, g, u and u's
 // statistics. The backward is the tail's (∂L/∂u, LePE's and the norm's gradients, ∂L/∂g, ∂L/∂v_tok),
-// then the attention's with ∂L/∂o = ∂L/∂u (u = o + LePE(v_tok) + b).
+// then the attention's with ∂L/∂o = ∂L/∂u (u = o + LePE(v_tok) + b); with lepe_kernels = 2, where the
+// one-pass backward takes it, LePE's ∂L/∂v_tok is added to ∂L/∂v inside the attention's backward and
+// v_tok's gradient is undefined (v and v_tok are views of one tensor: the sum autograd would form).
 struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok,
                             const at::Tensor& g, const at::Tensor& lepe_w_in, const at::Tensor& lepe_b_in, const at::Tensor& norm_w,
                             const at::Tensor& norm_b, const NalaOptions& opt, int64_t grid_h, int64_t grid_w, double eps, bool keep,
-                            int64_t out_dtype_int) {
+                            int64_t out_dtype_int, int64_t lepe_kernels) {
     const at::Tensor lepe_w = empty_as_absent(lepe_w_in), lepe_b = empty_as_absent(lepe_b_in);
     const at::ScalarType out_dtype = at::ScalarType(out_dtype_int);
     NalaForward a;
     Saved s;
+    bool lepe_bwd = false;  // the backward adds LePE's dv in the attention kernel
 #ifdef NALA_WITH_CUDA
     // q stands for o in the check (the same shape, dtype and device as the attention's output)
     // the kernel reads LePE's input through v: v_tok must be v's second view (the same memory)
@@ -349,6 +364,9 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
         const cuda::GatedTailSaved t = cuda::gated_tail_from_u(f.u, g, norm_w, norm_b, q.size(1), eps, true);
         s = {t.y, t.u, t.mean, t.rstd, true};
         ++g_lepe_in_attention_runs;
+        // LePE's ∂L/∂v_tok goes to v's gradient: both views of one tensor that needs it (same_v, and both require it)
+        lepe_bwd = keep && lepe_kernels >= 2 && v.requires_grad() && v_tok.requires_grad() &&
+                   nala_lepe_backward_takes(q, k, v, opt, lepe_w.size(-1), grid_h, grid_w) && tail_backward_kernels(q.size(1), v_tok, g, lepe_w, s.u, s.mean);
       }
     }
 #endif
@@ -362,6 +380,7 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     ctx->saved_data["heads"] = q.size(1);
     ctx->saved_data["grid_h"] = grid_h;
     ctx->saved_data["grid_w"] = grid_w;
+    ctx->saved_data["lepe_bwd"] = lepe_bwd;
     return s.y;  // (B, N, D)
   }
 
@@ -371,10 +390,20 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     const at::Tensor lepe_w = empty_as_absent(sv[8]), lepe_b = empty_as_absent(sv[9]);
     const NalaOptions opt = saved_nala_options(ctx, "nala_");
     const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
-    Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw);  // ∂L/∂u as t.o (B, H, N, d)
-    auto [dq, dk, dv] = nala_attention_backward(q, k, v, NalaForward{at::Tensor(), sv[3], sv[4], sv[5]}, t.o, opt);  // (B, H, N, d) ×3
+    const bool lepe_bwd = ctx->saved_data["lepe_bwd"].toBool();
+    // ∂L/∂u as t.o (B, H, N, d); with lepe_bwd LePE's ∂L/∂v is the attention backward's to add (t.v undefined)
+    Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw, !lepe_bwd);
+    const NalaForward state{at::Tensor(), sv[3], sv[4], sv[5]};
+    at::Tensor dq, dk, dv;  // (B, H, N, d) ×3
+#ifdef NALA_WITH_CUDA
+    if (lepe_bwd) {
+      std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw);
+      ++g_lepe_in_attention_backward_runs;
+    }
+#endif
+    if (!lepe_bwd) std::tie(dq, dk, dv) = nala_attention_backward(q, k, v, state, t.o, opt);
     return {dq, dk, dv, t.v, t.g, grad_as(t.lepe_w, lepe_w), grad_as(t.lepe_b, lepe_b), grad_as(t.norm_w, norm_w), grad_as(t.norm_b, norm_b),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -473,7 +502,8 @@ at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, cons
 
 at::Tensor nala_mixer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& g,
                       const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w, const at::Tensor& norm_b, const NalaOptions& opt,
-                      int64_t grid_h, int64_t grid_w, double eps) {
+                      int64_t grid_h, int64_t grid_w, double eps, int lepe_kernels) {
+  TORCH_CHECK(lepe_kernels == 1 || lepe_kernels == 2, "nala_mixer: lepe_kernels must be 1 (the forward) or 2 (and the backward), got ", lepe_kernels);
   check_qkv(q, k, v, "nala_mixer");
   check_options(opt, "nala_mixer");
   check_args(q, v_tok, g, lepe_w, grid_h, grid_w);  // q has o's shape
@@ -481,23 +511,27 @@ at::Tensor nala_mixer(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   for (const at::Tensor* t : {&q, &k, &v, &v_tok, &g, &lepe_w, &lepe_b, &norm_w, &norm_b}) grads = grads || (t->defined() && t->requires_grad());
   const bool keep = at::GradMode::is_enabled() && grads;  // decided here: a Function's forward runs without grad mode
   return NalaMixerFn::apply(q, k, v, v_tok, g, absent_as_empty(lepe_w, norm_w), absent_as_empty(lepe_b, norm_w), norm_w, norm_b, opt, grid_h, grid_w,
-                            eps, keep, int64_t(ops::fused_result_dtype(q)));
+                            eps, keep, int64_t(ops::fused_result_dtype(q)), int64_t(lepe_kernels));
 }
 
-bool lepe_in_attention() {
+int lepe_in_attention() {
   int s = g_lepe_in_attention.load();
   if (s < 0) {
     const char* e = std::getenv("NALA_LEPE_IN_ATTENTION");
     const std::string v = e ? e : "";
-    TORCH_CHECK(v.empty() || v == "0" || v == "1", "NALA_LEPE_IN_ATTENTION must be 0 or 1, got '", v, "'");
-    const int from_env = v == "1" ? 1 : 0;
+    TORCH_CHECK(v.empty() || v == "0" || v == "1" || v == "2", "NALA_LEPE_IN_ATTENTION must be 0, 1 or 2, got '", v, "'");
+    const int from_env = v.empty() ? 0 : v[0] - '0';
     s = g_lepe_in_attention.compare_exchange_strong(s, from_env) ? from_env : s;  // a set_lepe_in_attention() in between wins
   }
-  return s == 1;
+  return s;
 }
-void set_lepe_in_attention(bool on) { g_lepe_in_attention = on ? 1 : 0; }
+void set_lepe_in_attention(int kernels) {
+  TORCH_CHECK(kernels >= 0 && kernels <= 2, "set_lepe_in_attention: ", kernels, " (0, 1 or 2)");
+  g_lepe_in_attention = kernels;
+}
 void reset_lepe_in_attention() { g_lepe_in_attention = -1; }
 int64_t lepe_in_attention_runs() { return g_lepe_in_attention_runs.load(); }
+int64_t lepe_in_attention_backward_runs() { return g_lepe_in_attention_backward_runs.load(); }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                       const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {

@@ -64,21 +64,27 @@ at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, cons
 // nala_attention(q, k, v, opt), then gated_tail(o, v_tok, g, …) → y (B, N, D), as one operation. On
 // CUDA (bf16, d 64 or 72, LePE 3 or 5, the one-pass kernel's shapes) the attention kernel adds LePE as
 // it writes its output, u = o + LePE(v) + lepe_b: o never goes to memory and the tail's convolution
-// pass goes (attention/cuda/onepass_kernels.cuh); otherwise the two run apart, the same formulas.
-// v_tok is v as (B, N, H·d): the same values (the block passes a second view of the same projection
-// output; the CUDA kernel reads LePE's input through v). What the block runs with
-// NALA_LEPE_IN_ATTENTION=1 (lepe_in_attention; not with RoPE or NALA_RECOMPUTE=1). Any device (the CPU
-// tests check it against autograd of the composition in float64).
+// pass goes (attention/cuda/onepass_kernels.cuh); with lepe_kernels = 2 the attention's backward also
+// adds LePE's part of ∂L/∂v to its own dv, so the tail's transposed convolution pass goes and v's two
+// gradients are one (where the window fits; else the tail's kernel): v_tok's gradient is then
+// undefined and v's holds both, which is the sum autograd forms when v and v_tok are views of one
+// tensor, as in the block (the kernel path needs both to require gradients). Otherwise the two run apart, the
+// same formulas. v_tok is v as (B, N, H·d): the same values (the block passes a second view of the
+// same projection output; the CUDA kernel reads LePE's input through v). What the block runs with
+// NALA_LEPE_IN_ATTENTION=1 or 2 (lepe_in_attention; not with RoPE or NALA_RECOMPUTE=1). Any device (the
+// CPU tests check it against autograd of the composition in float64).
 at::Tensor nala_mixer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& g,
                       const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w, const at::Tensor& norm_b, const NalaOptions& opt,
-                      int64_t grid_h, int64_t grid_w, double eps);
-// NALA_LEPE_IN_ATTENTION=1: the gated block runs nala_mixer (above); 0 or unset (the default until a
-// GPU has timed it): nala_attention, then gated_tail. Any other value is an error, at first use.
-bool lepe_in_attention();
-void set_lepe_in_attention(bool on);
+                      int64_t grid_h, int64_t grid_w, double eps, int lepe_kernels = 1);
+// NALA_LEPE_IN_ATTENTION: 1 the gated block runs nala_mixer with LePE in the attention's forward, 2 in
+// its forward and backward; 0 or unset (the default until a GPU has timed them): nala_attention, then
+// gated_tail. Any other value is an error, at first use.
+int lepe_in_attention();
+void set_lepe_in_attention(int kernels);
 void reset_lepe_in_attention();  // back to the environment's value (read at the next use)
-// How many nala_mixer forwards ran the attention kernel with LePE inside (tests: the path was taken).
+// How many nala_mixer forwards (backwards) ran the attention kernel with LePE inside (tests: the path was taken).
 int64_t lepe_in_attention_runs();
+int64_t lepe_in_attention_backward_runs();
 
 // The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
 at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,

@@ -194,7 +194,7 @@ at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tens
 
 GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
-                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w) {
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv) {
   const c10::cuda::CUDAGuard guard(v.device());
   GatedTailParams p = params_of(v, g, lepe_w, heads, grid_h, grid_w);
   at::Tensor dy = dy_in.to(v.scalar_type()).contiguous();  // (B, N, D)
@@ -203,9 +203,11 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
   at::Tensor wt, wt_flipped;
   if (p.ks > 0) {
     wt = f32(lepe_w.reshape({p.D, p.ks * p.ks}).t());  // (ks·ks, D)
-    wt_flipped = wt.flip({0}).contiguous();            // (ks·ks, D) taps reversed
     p.lepe_wt = wt.data_ptr<float>();
-    p.lepe_wt_flipped = wt_flipped.data_ptr<float>();
+    if (lepe_dv) {
+      wt_flipped = wt.flip({0}).contiguous();  // (ks·ks, D) taps reversed
+      p.lepe_wt_flipped = wt_flipped.data_ptr<float>();
+    }
   }
   const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
   p.norm_w = nw.data_ptr<float>();
@@ -216,11 +218,11 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
   r.g = at::empty({p.B, p.N, p.D}, v.options());       // (B, N, D)
   at::Tensor norm_part = at::empty({ln_gate_backward_chunks(p), 2, p.D}, f), lepe_part;  // (chunks, 2, D)
   if (p.ks > 0) {
-    r.v = at::empty({p.B, p.N, p.D}, v.options());                                        // (B, N, D)
+    if (lepe_dv) r.v = at::empty({p.B, p.N, p.D}, v.options());                           // (B, N, D)
     lepe_part = at::empty({lepe_backward_chunks(p), p.ks * p.ks + 1, p.D}, f);             // (chunks, ks·ks + 1, D)
   }
   launch_gated_tail_backward(p, dy.data_ptr(), u.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), r.g.data_ptr(), r.o.data_ptr(),
-                             p.ks > 0 ? r.v.data_ptr() : nullptr, norm_part.data_ptr<float>(),
+                             r.v.defined() ? r.v.data_ptr() : nullptr, norm_part.data_ptr<float>(),
                              p.ks > 0 ? lepe_part.data_ptr<float>() : nullptr, stream());
   const at::Tensor norm_sum = norm_part.sum(0);  // (2, D), chunks added in order
   r.norm_w = norm_sum[0];

@@ -47,14 +47,15 @@ GatedTailSaved gated_tail_from_u(const at::Tensor& u, const at::Tensor& g, const
 
 struct GatedTailGrads {
   at::Tensor o;                // (B, H, N, d) contiguous
-  at::Tensor v;                // (B, N, D) the LePE part; undefined without LePE
+  at::Tensor v;                // (B, N, D) the LePE part; undefined without LePE or lepe_dv
   at::Tensor g;                // (B, N, D)
   at::Tensor lepe_w, lepe_b;   // (D, 1, ks, ks), (D) float32; undefined without LePE
   at::Tensor norm_w, norm_b;   // (D) float32
 };
-// heads: o's H (o itself is not kept for the backward)
+// heads: o's H (o itself is not kept for the backward). lepe_dv false: LePE's part of ∂L/∂v is left
+// to the attention's backward (nala_backward_cuda with LePE), r.v undefined.
 GatedTailGrads gated_tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
-                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w);
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv = true);
 
 }  // namespace nala::attention::cuda

@@ -578,10 +578,13 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
     constexpr int K = ks();
     if constexpr (K > 0) {
       const unsigned chunks = unsigned(ceil_div(p.D, kChunkChannels));
-      // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed
-      launch_lepe<T, K, false>(lepe_conv<T, K, false>, false, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st,
-                               p, du_of(p, du), p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
-      check_launch("lepe_conv (backward)");
+      // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed (none
+      // asked for: the one-pass attention backward adds it to its own dv)
+      if (dv != nullptr) {
+        launch_lepe<T, K, false>(lepe_conv<T, K, false>, false, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st,
+                                 p, du_of(p, du), p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
+        check_launch("lepe_conv (backward)");
+      }
       const dim3 wgrid(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad)));
       if (p.lepe_staged & kStageDu)
         launch_lepe<T, K, true>(lepe_wgrad<T, K, true>, (p.lepe_staged & kStageOneBuffer) != 0, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);

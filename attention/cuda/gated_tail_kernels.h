@@ -58,7 +58,7 @@ void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float
 void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, float* mean, float* rstd, void* stream);
 
 // dy (B, N, D) contiguous. Writes dg (B, N, D) contiguous, du (see above), dv (B, N, D) contiguous
-// (the LePE part of ∂L/∂v; not written when ks = 0), and the partial sums over token chunks:
+// (the LePE part of ∂L/∂v; not written when ks = 0 or dv is null), and the partial sums over token chunks:
 // norm_part (ln_gate_backward_chunks, 2, D) = [Σ ∂L/∂norm_w, Σ ∂L/∂norm_b], lepe_part
 // (lepe_backward_chunks, ks·ks + 1, D) = [Σ ∂L/∂w per tap, Σ ∂L/∂lepe_b] (not written when ks = 0).
 void launch_gated_tail_backward(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg,

@@ -150,6 +150,30 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   return true;
 }
 
+// Bytes of the largest window (of v forward, of ∂L/∂u backward) any one-pass tile reads for LePE: its tokens' grid rows and
+// R = ks / 2 rows either side (within the grid), every column, d bf16 channels a position; the
+// kernel's lepe_rows (attention/cuda/onepass_kernels.cuh) for every tile of every rank.
+int lepe_window_bytes(int N, int ranks, int per_rank, int grid_h, int grid_w, int ks, int d) {
+  const int R = ks / 2;
+  int rows = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const int begin = r * per_rank, end = std::min(N, begin + per_rank);
+    for (int t0 = begin; t0 < end; t0 += cuda::kOnePassTile) {
+      const int t_last = std::min(end, t0 + cuda::kOnePassTile) - 1;
+      rows = std::max(rows, std::min(grid_h - 1, t_last / grid_w + R) - std::max(0, t0 / grid_w - R) + 1);
+    }
+  }
+  return rows * grid_w * d * 2;
+}
+
+
+// LePE's taps (D, 1, ks, ks) as the kernels read them: (ks², D) float32 tap-major, 16-byte aligned
+at::Tensor taps_f32(const at::Tensor& lepe_w) {
+  const int64_t Dm = lepe_w.size(0), ks = lepe_w.size(-1);
+  at::Tensor c = lepe_w.reshape({Dm, ks * ks}).t().to(at::kFloat).contiguous();  // (ks², D)
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+}
+
 }  // namespace
 
 void set_nala_cuda_poison(bool on) { g_poison = on; }
@@ -207,7 +231,8 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
-                                                                   const at::Tensor& grad_o_in, const NalaOptions& opt) {
+                                                                   const at::Tensor& grad_o_in, const NalaOptions& opt, const at::Tensor& lepe_w,
+                                                                   int64_t grid_h, int64_t grid_w) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   at::Tensor go = rows_contiguous(grad_o_in.to(q.scalar_type()));
@@ -232,9 +257,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
     p.dq = dq.data_ptr();
     p.dk = dk.data_ptr();
     p.dv = dv.data_ptr();
+    at::Tensor wt_reversed;  // (ks², D): LePE's taps reversed (the transposed convolution)
+    if (lepe_w.defined()) {
+      const int ks = int(lepe_w.size(-1)), Dm = p.H * p.D;
+      TORCH_CHECK(lepe_w.dim() == 4 && lepe_w.size(0) == Dm && lepe_w.device() == q.device() && grid_h * grid_w == p.N &&
+                      cuda::onepass_lepe_backward_fits(p.D, feat, ks, lepe_window_bytes(p.N, p.chunks, p.tokens_per_chunk, int(grid_h), int(grid_w), ks, p.D)),
+                  "nala_backward_cuda: the one-pass backward does not take LePE (weight ", lepe_w.sizes(), ", grid ", grid_h, "x", grid_w,
+                  ") here; nala_lepe_backward_takes says where it does");
+      wt_reversed = taps_f32(lepe_w).flip({0}).contiguous();
+      p.lepe_ks = ks;
+      p.grid_h = int(grid_h);
+      p.grid_w = int(grid_w);
+      p.lepe_wt = wt_reversed.data_ptr<float>();
+    }
     cuda::launch_nala_backward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
     return {dq, dk, dv};
   }
+  TORCH_CHECK(!lepe_w.defined(), "nala_backward_cuda: LePE's gradient needs the one-pass backward, which does not take these tensors");
   split(p.N, BH, shape.tile_dq, p.chunks, p.tokens_per_chunk);
   split(p.N, BH, shape.tile_dkv, p.out_chunks, p.out_tokens_per_chunk);
   auto f32 = q.options().dtype(at::kFloat);
@@ -257,25 +296,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   return {dq, dk, dv};
 }
 
-namespace {
 
-// Bytes of the largest window of v any one-pass tile reads for LePE: its tokens' grid rows and
-// R = ks / 2 rows either side (within the grid), every column, d bf16 channels a position; the
-// kernel's lepe_rows (attention/cuda/onepass_kernels.cuh) for every tile of every rank.
-int lepe_window_bytes(int N, int ranks, int per_rank, int grid_h, int grid_w, int ks, int d) {
-  const int R = ks / 2;
-  int rows = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const int begin = r * per_rank, end = std::min(N, begin + per_rank);
-    for (int t0 = begin; t0 < end; t0 += cuda::kOnePassTile) {
-      const int t_last = std::min(end, t0 + cuda::kOnePassTile) - 1;
-      rows = std::max(rows, std::min(grid_h - 1, t_last / grid_w + R) - std::max(0, t0 / grid_w - R) + 1);
-    }
-  }
-  return rows * grid_w * d * 2;
+bool nala_lepe_backward_takes(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt, int64_t ks,
+                              int64_t grid_h, int64_t grid_w) {
+  if (q_in.scalar_type() != at::kBFloat16 || (ks != 3 && ks != 5) || grid_h * grid_w != q_in.size(2)) return false;
+  at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  cuda::NalaKernelParams p = base_params(q, k, v, opt);
+  const int feat = int(feature_dim(opt.feature_map, 1));
+  if (!(p.vec_loads && cuda::onepass_supported(p.D, feat)) || !take_onepass(p, feat, q)) return false;
+  return cuda::onepass_lepe_backward_fits(p.D, feat, int(ks), lepe_window_bytes(p.N, p.chunks, p.tokens_per_chunk, int(grid_h), int(grid_w), int(ks), p.D));
 }
-
-}  // namespace
 
 NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,
                                        bool save_state, const at::Tensor& lepe_w, const at::Tensor& lepe_b, int64_t grid_h, int64_t grid_w) {
@@ -301,7 +331,7 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   };
   TORCH_CHECK(lepe_w.device() == q.device() && (!lepe_b.defined() || lepe_b.device() == q.device()), "nala_forward_lepe_cuda: the LePE parameters are on ",
               lepe_w.device(), ", q on ", q.device());
-  const at::Tensor wt = aligned_f32(lepe_w.reshape({Dm, ks * ks}).t());                                           // (ks², D)
+  const at::Tensor wt = taps_f32(lepe_w);                                                                          // (ks², D)
   const at::Tensor bias = lepe_b.defined() ? aligned_f32(lepe_b) : at::zeros({Dm}, q.options().dtype(at::kFloat));  // (D)
   p.lepe_ks = ks;
   p.grid_h = int(grid_h);

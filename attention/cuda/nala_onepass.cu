@@ -21,7 +21,7 @@ bool onepass_bf16_state_adds_a_block(int D, int feat) {
 }
 
 bool onepass_lepe_layout(int D, int feat, int ks, int window_bytes, int& offset, int& smem_bytes) {
-  if (!onepass_supported(D, feat) || (ks != 3 && ks != 5) || window_bytes <= 0) return false;
+  if (!onepass_supported(D, feat) || feat != 2 || (ks != 3 && ks != 5) || window_bytes <= 0) return false;
   int bytes = 0, front = 0;  // the kernel's shared memory; the front that phase 2 leaves unused (up to the φ tile)
 #define NALA_SIZES(DD, FF)                                                 \
   if (D == DD && feat == FF) bytes = OnePass<DD, FF>::BYTES, front = OnePass<DD, FF>::PHI;
@@ -31,6 +31,16 @@ bool onepass_lepe_layout(int D, int feat, int ks, int window_bytes, int& offset,
   smem_bytes = window_bytes <= front ? bytes : offset + window_bytes;
   // two CTAs an SM: 228 KB of shared memory, 1 KB of it reserved a CTA
   return 2 * (smem_bytes + 1024) <= 228 * 1024;
+}
+
+bool onepass_lepe_backward_fits(int D, int feat, int ks, int window_bytes) {
+  if (!onepass_supported(D, feat) || feat != 2 || (ks != 3 && ks != 5) || window_bytes <= 0) return false;
+  int phi_bytes = 0;  // the φ tile's memory, free in phase 2 once the products have read it (the same with and without lo)
+#define NALA_PHI(DD, FF) \
+  if (D == DD && feat == FF) phi_bytes = OnePassBwd<DD, FF, true>::GS - OnePassBwd<DD, FF, true>::PHI;
+  NALA_PHI(64, 2) NALA_PHI(72, 2) NALA_PHI(64, 1) NALA_PHI(72, 1)
+#undef NALA_PHI
+  return window_bytes <= phi_bytes;
 }
 
 template <typename Kernel>
@@ -56,20 +66,40 @@ static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threa
   check_launch(what);
 }
 
+template <int D, int FEAT, bool LO>
+static void onepass_backward_lo(const NalaKernelParams& P, cudaStream_t st) {
+  constexpr int threads = OnePass<D, FEAT>::THREADS, bytes = OnePassBwd<D, FEAT, LO>::BYTES;
+  if (P.lepe_ks == 0) {
+    launch_clustered(onepass_backward_kernel<D, FEAT, LO>, P, threads, bytes, st, "backward");
+    return;
+  }
+  if constexpr (FEAT == 2) {  // LePE variants for the nala maps only (the gated block's; fewer kernels to compile)
+    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, P, threads, bytes, st, "backward with LePE");
+    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, P, threads, bytes, st, "backward with LePE");
+  }
+  throw std::runtime_error("nala one-pass backward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
+                           " features");
+}
+
+template <int D, int FEAT>
+static void onepass_backward(const NalaKernelParams& P, cudaStream_t st) {
+  if (P.state_lo) onepass_backward_lo<D, FEAT, true>(P, st);
+  else onepass_backward_lo<D, FEAT, false>(P, st);
+}
+
 template <int D, int FEAT>
 static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
-  if (forward && P.lepe_ks == 5)
-    launch_clustered(onepass_forward_kernel<D, FEAT, 5>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
-  else if (forward && P.lepe_ks == 3)
-    launch_clustered(onepass_forward_kernel<D, FEAT, 3>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
-  else if (forward && P.lepe_ks != 0)
-    throw std::runtime_error("nala one-pass forward: no LePE kernel of size " + std::to_string(P.lepe_ks));
-  else if (forward)
+  if (forward && P.lepe_ks != 0) {
+    if constexpr (FEAT == 2) {
+      if (P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
+      if (P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
+    }
+    throw std::runtime_error("nala one-pass forward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
+                             " features");
+  } else if (forward)
     launch_clustered(onepass_forward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePass<D, FEAT>::BYTES, st, "forward");
-  else if (P.state_lo)
-    launch_clustered(onepass_backward_kernel<D, FEAT, true>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT, true>::BYTES, st, "backward");
   else
-    launch_clustered(onepass_backward_kernel<D, FEAT, false>, P, OnePass<D, FEAT>::THREADS, OnePassBwd<D, FEAT, false>::BYTES, st, "backward");
+    onepass_backward<D, FEAT>(P, st);
 }
 
 static void dispatch_onepass(const NalaKernelParams& p, void* stream, bool forward) {

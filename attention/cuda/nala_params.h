@@ -53,6 +53,9 @@ struct NalaKernelParams {
   // lepe_wt (lepe_ks², H·D) float32 tap-major and lepe_b (H·D) float32, both 16-byte aligned. A tile's
   // window of v (grid rows, D channels a position) sits at byte lepe_window of shared memory;
   // lepe_smem is the launch's dynamic shared memory (onepass_lepe_layout).
+  // One-pass backward with LePE (lepe_ks 3 or 5): dv gets LePE's part, the transposed convolution of
+  // grad_o (= ∂L/∂u) with lepe_wt holding the taps reversed; the window goes in the φ tile's memory
+  // (onepass_lepe_backward_fits); lepe_b, u, lepe_window and lepe_smem are not used.
   void* u = nullptr;
   const float* lepe_wt = nullptr;
   const float* lepe_b = nullptr;
@@ -88,5 +91,8 @@ bool onepass_bf16_state_adds_a_block(int D, int feat);
 // the kernel's shared memory unchanged), or after the kernel's own shared memory. False when the kernel has no LePE variant for (D, feat,
 // ks) or the window would cost the second CTA an SM.
 bool onepass_lepe_layout(int D, int feat, int ks, int window_bytes, int& offset, int& smem_bytes);
+// Whether the one-pass backward with LePE takes a window of window_bytes: it must fit the φ tile's
+// memory, which phase 2 leaves free once its products have read φ (the kernel's shared memory is unchanged).
+bool onepass_lepe_backward_fits(int D, int feat, int ks, int window_bytes);
 
 }  // namespace nala::attention::cuda

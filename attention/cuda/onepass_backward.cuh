@@ -79,7 +79,10 @@ struct GradTile {
   }
 };
 
-template <int D, int FEAT, bool LO>
+// KS > 0 (P.lepe_ks == KS): LePE's part of dv added as phase 2 writes dv (onepass_kernels.cuh
+// lepe_rows_out): the tile's window of grad_o (= ∂L/∂u) copied into the φ tile's memory once the
+// products have read φ, P.lepe_wt the taps reversed.
+template <int D, int FEAT, bool LO, int KS = 0>
 __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onepass_backward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
   using L = OnePassBwd<D, FEAT, LO>;
@@ -236,11 +239,18 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
       mma_row<NHB, false>(dp, a, sr_hi, L::LDSR, nh * NHB * 8, k0);
       if (LO) mma_row<NHB, false>(dp, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
     }
-    __syncthreads();  // [v | 1] is read: its tile takes the dv staging
+    __syncthreads();  // [v | 1] is read: its tile takes the dv staging; φ is read: its memory takes LePE's window
+    LepeRows lr{0, 0};
+    if constexpr (KS > 0) {
+      lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
+      lepe_stage_window<D, O::THREADS>(phi, P.grad_o, P.go_stride, P, b, h, lr);
+    }
     stage_bf16<D, O::NH, O::LDV>(dv, mt * 16, nh * O::NH * 8, gs, [&](int) { return P.inv_n; });
     for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
+    if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();
-    copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
+    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, gs, b, h, t0, min(TILE, end - t0));
+    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
     token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, static_cast<T*>(P.dk) + (int64_t(bh) * P.N + t0 + my_t) * D);
     __syncthreads();
     fk = fk_next;

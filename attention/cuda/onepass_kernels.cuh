@@ -201,37 +201,44 @@ __device__ __forceinline__ void accumulate_state(Acc& acc, const __nv_bfloat16* 
   }
 }
 
-// ---- LePE in the forward (KS = P.lepe_ks > 0; docs/nala_attention.md §5): a tile's outputs become
-// u = o + Σ_taps w·v + b as they are written, so o never goes to memory and the tail's separate
-// convolution pass (read v and o, write u) goes. The sums are lepe_conv's (attention/cuda/
-// gated_tail_kernels.cu) in its order: the bias, then the taps row by row (fmaf; a tap outside the
-// grid adds w·0), then the attention's bf16 o, rounded once to bf16.
+// ---- LePE in the one-pass kernels (KS = P.lepe_ks > 0; docs/nala_attention.md §10).
+// Forward: a tile's outputs become u = o + Σ_taps w·v + b as they are written, so o never goes to
+// memory and the tail's separate convolution pass (read v and o, write u) goes. Backward
+// (onepass_backward.cuh): a tile's dv becomes the attention's dv plus LePE's, Σ_taps w'·du with the
+// taps reversed (the transposed convolution), so the tail's second convolution pass goes and v's two
+// gradients are one. The sums are lepe_conv's (attention/cuda/gated_tail_kernels.cu) in its order:
+// the bias (forward; none backward), then the taps row by row (fmaf; a tap outside the grid adds
+// w·0); forward + the attention's bf16 o, rounded once to bf16; backward rounded to bf16 and then
+// added to the attention's bf16 dv in float and rounded (the gradients' gather, ops/cuda/gather_heads.cu).
 struct LepeRows {
-  int y0, y1;  // the grid rows of v a tile's outputs read
+  int y0, y1;  // the grid rows of the input a tile's outputs read
 };
 __device__ __forceinline__ LepeRows lepe_rows(const NalaKernelParams& P, int t0, int t_end, int R) {
   return {max(0, t0 / P.grid_w - R), min(P.grid_h - 1, (t_end - 1) / P.grid_w + R)};
 }
 
-// This (batch, head)'s v on grid rows r.y0..r.y1, every column, into win (positions × D bf16, dense)
-// by 16-byte cp.async, one group.
+// This (batch, head)'s rows r.y0..r.y1 of a (B, H, N, D) input (strides (b, h, n), unit along D):
+// every column, into win (positions × D bf16, dense) by 16-byte cp.async, one group.
 template <int D, int THREADS>
-__device__ __forceinline__ void lepe_stage_window(__nv_bfloat16* win, const NalaKernelParams& P, int b, int h, LepeRows r) {
+__device__ __forceinline__ void lepe_stage_window(__nv_bfloat16* win, const void* src, const int64_t* stride, const NalaKernelParams& P, int b,
+                                                  int h, LepeRows r) {
   constexpr int CH = D / 8;
-  const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(P.v) + b * P.v_stride[0] + h * P.v_stride[1];
+  const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(src) + b * stride[0] + h * stride[1];
   const int n0 = r.y0 * P.grid_w, count = (r.y1 - r.y0 + 1) * P.grid_w * CH;
   for (int i = threadIdx.x; i < count; i += THREADS) {
     const int pos = i / CH, c = i - pos * CH;
-    nala::cuda_async::cp_async<16>(win + pos * D + 8 * c, base + int64_t(n0 + pos) * P.v_stride[2] + 8 * c);
+    nala::cuda_async::cp_async<16>(win + pos * D + 8 * c, base + int64_t(n0 + pos) * stride[2] + 8 * c);
   }
   nala::cuda_async::cp_async_commit();
 }
 
-// u for tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the staged o tile (bf16 rows t, leading dimension LD) and
-// the window: a thread 8 channels of a token at a time, consecutive threads along the channels
-// (the window's reads conflict-free, u's stores 16 bytes each).
-template <int D, int KS, int LD, int THREADS>
-__device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, const __nv_bfloat16* o_tile, int b,
+// The outputs of tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the window and a staged tile
+// (bf16 rows t, leading dimension LD: o forward, the attention's dv backward), a thread 8 channels of
+// a token at a time, consecutive threads along the channels (the window's reads conflict-free, the
+// stores 16 bytes each). Forward: u (B, N, H·D) at P.u; backward: dv (B, H, N, D) at P.dv. The taps:
+// P.lepe_wt (ks², H·D), reversed for the backward by the host.
+template <int D, int KS, int LD, int THREADS, bool BWD>
+__device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, const __nv_bfloat16* tile, int b,
                                               int h, int t0, int rows) {
   constexpr int CH = D / 8, R = KS / 2;
   const int Dm = P.H * D;
@@ -239,8 +246,8 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
     const int t = i / CH, c = i - t * CH, n = t0 + t;
     const int y = n / P.grid_w, x = n - y * P.grid_w;
     const int ch = h * D + 8 * c;  // the model channel of this thread's first
-    float acc[8];
-    {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (!BWD) {
       const float4 b0 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch)), b1 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch + 4));
       acc[0] = b0.x, acc[1] = b0.y, acc[2] = b0.z, acc[3] = b0.w, acc[4] = b1.x, acc[5] = b1.y, acc[6] = b1.z, acc[7] = b1.w;
     }
@@ -266,16 +273,23 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
         }
       }
     }
-    const uint4 oraw = *reinterpret_cast<const uint4*>(o_tile + t * LD + 8 * c);
-    const __nv_bfloat162* o2 = reinterpret_cast<const __nv_bfloat162*>(&oraw);
+    const uint4 traw = *reinterpret_cast<const uint4*>(tile + t * LD + 8 * c);
+    const __nv_bfloat162* t2 = reinterpret_cast<const __nv_bfloat162*>(&traw);
     uint4 out;
-    __nv_bfloat162* u2 = reinterpret_cast<__nv_bfloat162*>(&out);
+    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const float2 of = __bfloat1622float2(o2[u]);
-      u2[u] = __floats2bfloat162_rn(acc[2 * u] + of.x, acc[2 * u + 1] + of.y);
+      const float2 tf = __bfloat1622float2(t2[u]);
+      if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum
+        const float2 lf = __bfloat1622float2(__floats2bfloat162_rn(acc[2 * u] + 0.f, acc[2 * u + 1] + 0.f));  // + its zero residual
+        o2[u] = __floats2bfloat162_rn(tf.x + lf.x, tf.y + lf.y);
+      } else {
+        o2[u] = __floats2bfloat162_rn(acc[2 * u] + tf.x, acc[2 * u + 1] + tf.y);
+      }
     }
-    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n) * Dm + ch) = out;
+    __nv_bfloat16* dst = BWD ? static_cast<__nv_bfloat16*>(P.dv) + ((int64_t(b) * P.H + h) * P.N + n) * D + 8 * c
+                             : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n) * Dm + ch;
+    *reinterpret_cast<uint4*>(dst) = out;
   }
 }
 
@@ -339,7 +353,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     LepeRows lr{0, 0};
     if constexpr (KS > 0) {  // the window's copies fly under the products
       lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
-      lepe_stage_window<D, O::THREADS>(lepe_win, P, b, h, lr);
+      lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
     }
     float c[O::NH][4] = {};
 #pragma unroll
@@ -358,7 +372,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
     if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();  // the o tile (and the window) visible to every thread
-    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS>(P, lepe_win, lr, vs, b, h, t0, min(TILE, end - t0));
+    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, vs, b, h, t0, min(TILE, end - t0));
     else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o), vs, int64_t(bh) * P.N + t0, end - t0);
     fq = fq_next;
   }

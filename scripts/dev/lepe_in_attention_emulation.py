@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-# A design aid for the one-pass forward with LePE (attention/cuda/onepass_kernels.cuh: lepe_rows,
-# lepe_stage_window, lepe_rows_out; the host's rank split and lepe_window_bytes in
-# attention/cuda/nala_cuda.cpp): emulates their index math on the CPU in float64, tile by tile and
-# thread item by thread item, and compares u = o + LePE(v) + b with torch's conv2d. It also checks
+# A design aid for the one-pass kernels with LePE (attention/cuda/onepass_kernels.cuh: lepe_rows,
+# lepe_stage_window, lepe_rows_out, as the forward and the backward (onepass_backward.cuh) use them; the
+# host's rank split, lepe_window_bytes and reversed taps in attention/cuda/nala_cuda.cpp): emulates
+# their index math on the CPU in float64, tile by tile and thread item by thread item, and compares
+# u = o + LePE(v) + b with torch's conv2d, and dv + LePE's dv with conv2d's input gradient. It also checks
 # that every window read falls inside the rows a tile staged and that the host's window size covers
 # every tile. Run it after changing that code:
 #   .venv/bin/python scripts/dev/lepe_in_attention_emulation.py
@@ -31,13 +32,17 @@ def window_bytes(N, ranks, per, gh, gw, ks, d):  # nala_cuda.cpp lepe_window_byt
             rows = max(rows, min(gh - 1, last // gw + R) - max(0, t0 // gw - R) + 1)
     return rows * gw * d * 2
 
-def check(B, H, d, gh, gw, ks):
+def check(B, H, d, gh, gw, ks, backward=False):
+    # backward: the one-pass backward's use (onepass_backward.cuh): the window of ∂L/∂u (here `v`), the
+    # taps reversed, no bias; the attention's dv (here `o`) added; against conv2d's input gradient
     N, D, R, CH = gh * gw, H * d, ks // 2, d // 8
     v = torch.randn(B, H, N, d, dtype=torch.float64)
     o = torch.randn(B, H, N, d, dtype=torch.float64)
     w = torch.randn(D, 1, ks, ks, dtype=torch.float64)
-    bias = torch.randn(D, dtype=torch.float64)
+    bias = torch.zeros(D, dtype=torch.float64) if backward else torch.randn(D, dtype=torch.float64)
     wt = w.reshape(D, ks * ks).t().contiguous()  # (ks², D) tap-major
+    if backward:
+        wt = wt.flip(0).contiguous()  # the taps reversed (nala_cuda.cpp nala_backward_cuda)
     ranks, per = rank_split(N, B * H)
     limit = window_bytes(N, ranks, per, gh, gw, ks, d)
     u = torch.full((B, N, D), float('nan'), dtype=torch.float64)
@@ -69,13 +74,20 @@ def check(B, H, d, gh, gw, ks):
                                 acc = acc + wt[ti * ks + tj, ch:ch + 8] * val
                         u[b, n, ch:ch + 8] = acc + o[b, h, n, 8 * c:8 * c + 8]
     img = v.permute(0, 1, 3, 2).reshape(B, D, gh, gw)  # (B, D, Hg, Wg): channel h·d + e
-    ref = torch.nn.functional.conv2d(img, w, bias, padding=R, groups=D).flatten(2).transpose(1, 2)  # (B, N, D)
+    if backward:  # ∂/∂x of Σ conv2d(x, w) ⊙ du at du = img: the transposed convolution
+        x = torch.zeros(B, D, gh, gw, dtype=torch.float64, requires_grad=True)
+        torch.nn.functional.conv2d(x, w, None, padding=R, groups=D).backward(img)
+        ref = x.grad.flatten(2).transpose(1, 2)  # (B, N, D)
+    else:
+        ref = torch.nn.functional.conv2d(img, w, bias, padding=R, groups=D).flatten(2).transpose(1, 2)  # (B, N, D)
     ref = ref + o.permute(0, 2, 1, 3).reshape(B, N, D)
     err = (u - ref).abs().max().item()
-    assert err < 1e-12, (B, H, d, gh, gw, ks, err)
-    print(f"B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, max |u − conv2d| {err:.1e}")
+    assert err < 1e-12, (B, H, d, gh, gw, ks, backward, err)
+    what = "backward (dv)" if backward else "forward (u)"
+    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, max error {err:.1e}")
 
 # DiT-S/2's grid; a cluster of 8 ranks; tiles ending mid-row; d 72; a grid narrower than R; one row
 for case in [(2, 1, 64, 16, 16, 5), (1, 1, 64, 32, 32, 5), (2, 1, 64, 12, 24, 3), (1, 2, 72, 16, 16, 5), (1, 1, 8, 40, 3, 5),
              (1, 1, 8, 1, 70, 3), (1, 1, 8, 9, 7, 5)]:
-    check(*case)
+    for backward in (False, True):
+        check(*case, backward=backward)

@@ -191,16 +191,22 @@ TEST(NalaMixer, BadShapesNameTheValue) {
     EXPECT_NE(std::string(e.what()).find("9 tokens do not fill a 2x4 grid"), std::string::npos) << e.what();
   }
   EXPECT_THROW(nala_mixer(q, k, v, v_tok, g.narrow(2, 0, 4), in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, {}, 3, 3, 1e-5), std::exception);
+  try {
+    nala_mixer(q, k, v, v_tok, g, in.lepe_w, in.lepe_b, in.norm_w, in.norm_b, {}, 3, 3, 1e-5, 3);
+    FAIL() << "lepe_kernels 3 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("lepe_kernels must be 1 (the forward) or 2 (and the backward), got 3"), std::string::npos) << e.what();
+  }
 }
 
-// NALA_LEPE_IN_ATTENTION: unset or 0 off, 1 on, anything else an error naming the value.
+// NALA_LEPE_IN_ATTENTION: unset or 0 off, 1 the forward, 2 forward and backward, anything else an error naming the value.
 TEST(NalaMixer, SwitchValues) {
   const char* old = std::getenv("NALA_LEPE_IN_ATTENTION");
   const std::string saved = old ? old : "";
-  for (const auto& [value, on] : {std::pair<const char*, bool>{"", false}, {"0", false}, {"1", true}}) {
+  for (const auto& [value, kernels] : {std::pair<const char*, int>{"", 0}, {"0", 0}, {"1", 1}, {"2", 2}}) {
     setenv("NALA_LEPE_IN_ATTENTION", value, 1);
     reset_lepe_in_attention();
-    EXPECT_EQ(lepe_in_attention(), on) << "'" << value << "'";
+    EXPECT_EQ(lepe_in_attention(), kernels) << "'" << value << "'";
   }
   setenv("NALA_LEPE_IN_ATTENTION", "yes", 1);
   reset_lepe_in_attention();
@@ -208,7 +214,7 @@ TEST(NalaMixer, SwitchValues) {
     lepe_in_attention();
     ADD_FAILURE() << "'yes' accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_IN_ATTENTION must be 0 or 1, got 'yes'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_IN_ATTENTION must be 0, 1 or 2, got 'yes'"), std::string::npos) << e.what();
   }
   if (old) setenv("NALA_LEPE_IN_ATTENTION", saved.c_str(), 1);
   else unsetenv("NALA_LEPE_IN_ATTENTION");

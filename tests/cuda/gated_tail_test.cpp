@@ -247,49 +247,67 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
   }
 }
 
-// NALA_LEPE_IN_ATTENTION's path: nala_mixer on CUDA, where the one-pass attention kernel writes
-// u = o + LePE(v) + b itself (attention/cuda/onepass_kernels.cuh, lepe_rows_out), against the block's
-// default path, nala_attention and then gated_tail (the one-pass kernel writes o, lepe_conv makes u).
-// bf16, B·H enough for the one-pass kernel. The kernel's sums are lepe_conv's in lepe_conv's order, so y
-// and every gradient (of qkvg through q, k, v, g and v's second view, of LePE's and the norm's
-// parameters) are bit for bit equal. Shapes: DiT-S/2's 16 × 16 grid (the window in the kernel's unused
-// front), a 32 × 32 grid over a cluster of ranks (the window past the kernel's shared memory), a
-// 12 × 24 grid whose tiles end mid-row with LePE 3, and d = 72. The kernel path is counted
-// (lepe_in_attention_runs), so a shape it declines fails here instead of passing unfused.
+// NALA_LEPE_IN_ATTENTION's paths: nala_mixer on CUDA, where the one-pass attention kernel writes
+// u = o + LePE(v) + b itself (attention/cuda/onepass_kernels.cuh, lepe_rows_out) and, with
+// lepe_kernels = 2, its backward adds LePE's part of dv to its own (onepass_backward.cuh), against the
+// block's default path, nala_attention and then gated_tail (the one-pass kernel writes o, lepe_conv
+// makes u, lepe_conv's transposed pass LePE's dv, autograd adds v's two gradients). bf16, B·H enough for
+// the one-pass kernel. The kernels' sums are lepe_conv's in lepe_conv's order and the gradients' sum
+// as autograd rounds it, so y and every gradient (of qkvg through q, k, v, g and v's second view, of
+// LePE's and the norm's parameters) are bit for bit equal. Shapes: DiT-S/2's 16 × 16 grid (the
+// forward's window in the kernel's unused front, the backward's in the φ tile), a 32 × 32 grid over a
+// cluster of ranks (the forward's window past the kernel's shared memory; too large for the backward's,
+// which leaves LePE's dv to the tail), a 12 × 24 grid whose tiles end mid-row with LePE 3 (the
+// backward's window too large as well), d = 72 and LePE 3 (both in the kernels); the backward with the
+// hi + lo state and with bf16 alone (NALA_ONEPASS_BWD_STATE's two kernels). The kernel paths are counted
+// (lepe_in_attention_runs, lepe_in_attention_backward_runs), so a shape a kernel declines fails here
+// instead of passing unfused.
 TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
   struct Case {
     int64_t B, H, d, gh, gw, ks;
+    bool backward;  // the backward's window fits the φ tile
   };
   set_nala_cuda_poison(true);  // every output NaN before a launch: an element the kernel skips cannot pass as the last run's
-  for (const Case& c : {Case{48, 6, 64, 16, 16, 5}, Case{8, 6, 64, 32, 32, 5}, Case{48, 6, 64, 12, 24, 3}, Case{48, 5, 72, 16, 16, 5}}) {
+  for (const OnePassBackwardState state : {OnePassBackwardState::HiLo, OnePassBackwardState::Bf16})  // both backward kernels, both paths
+  for (const Case& c : {Case{48, 6, 64, 16, 16, 5, true}, Case{8, 6, 64, 32, 32, 5, false}, Case{48, 6, 64, 12, 24, 3, false},
+                        Case{48, 5, 72, 16, 16, 5, true}, Case{48, 6, 64, 16, 16, 3, true}}) {
+    set_nala_onepass_backward_state(state);
     torch::manual_seed(21);
     const int64_t N = c.gh * c.gw, D = c.H * c.d;
     const auto act = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16), par = at::TensorOptions().device(at::kCUDA);
     const at::Tensor qkvg0 = at::randn({c.B, N, 4, c.H, c.d}, act), w = at::randn({c.B, N, D}, par);
     const at::Tensor lw0 = 0.2 * at::randn({D, 1, c.ks, c.ks}, par), lb0 = 0.1 * at::randn({D}, par);
     const at::Tensor nw0 = 1 + 0.3 * at::randn({D}, par), nb0 = 0.2 * at::randn({D}, par);
-    const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " d" + std::to_string(c.d) + " grid " +
-                             std::to_string(c.gh) + "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks);
-    auto run_path = [&](bool mixer) {
+    const std::string shape = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " d" + std::to_string(c.d) + " grid " +
+                              std::to_string(c.gh) + "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks) +
+                              (state == OnePassBackwardState::HiLo ? " hi+lo" : " bf16 state");
+    auto run_path = [&](int kernels) {  // 0: the two operations; 1, 2: nala_mixer with LePE in the forward, and in the backward
       auto leaf = [](const at::Tensor& t) { return t.detach().clone().requires_grad_(true); };
       at::Tensor qkvg = leaf(qkvg0), lw = leaf(lw0), lb = leaf(lb0), nw = leaf(nw0), nb = leaf(nb0);
       at::Tensor q = qkvg.select(2, 0).transpose(1, 2), k = qkvg.select(2, 1).transpose(1, 2), v = qkvg.select(2, 2).transpose(1, 2);
       at::Tensor v_tok = qkvg.select(2, 2).reshape({c.B, N, D}), g = qkvg.select(2, 3).reshape({c.B, N, D});  // (B, N, D) views
       const NalaOptions opt;
-      const int64_t before = lepe_in_attention_runs();
-      at::Tensor y = mixer ? nala_mixer(q, k, v, v_tok, g, lw, lb, nw, nb, opt, c.gh, c.gw, 1e-5)
-                           : gated_tail_fused(nala_attention(q, k, v, opt), v_tok, g, lw, lb, nw, nb, c.gh, c.gw, 1e-5);  // (B, N, D)
-      EXPECT_EQ(lepe_in_attention_runs() - before, mixer ? 1 : 0) << what << ": the attention kernel with LePE " << (mixer ? "did not run" : "ran");
+      const int64_t fwd0 = lepe_in_attention_runs(), bwd0 = lepe_in_attention_backward_runs();
+      at::Tensor y = kernels > 0 ? nala_mixer(q, k, v, v_tok, g, lw, lb, nw, nb, opt, c.gh, c.gw, 1e-5, kernels)
+                                 : gated_tail_fused(nala_attention(q, k, v, opt), v_tok, g, lw, lb, nw, nb, c.gh, c.gw, 1e-5);  // (B, N, D)
       (y.to(at::kFloat) * w).sum().backward();
+      EXPECT_EQ(lepe_in_attention_runs() - fwd0, kernels > 0 ? 1 : 0) << shape << ", kernels " << kernels << ": the forward with LePE";
+      EXPECT_EQ(lepe_in_attention_backward_runs() - bwd0, kernels == 2 && c.backward ? 1 : 0) << shape << ", kernels " << kernels
+                                                                                               << ": the backward with LePE";
       return std::vector<at::Tensor>{y.detach(), qkvg.grad(), lw.grad(), lb.grad(), nw.grad(), nb.grad()};
     };
-    const auto two = run_path(false), one = run_path(true);
+    const auto two = run_path(0);
     const char* names[] = {"y", "d qkvg", "d lepe.weight", "d lepe.bias", "d norm.weight", "d norm.bias"};
-    for (size_t i = 0; i < two.size(); ++i) {
-      ASSERT_TRUE(one[i].defined() && two[i].defined()) << what << " " << names[i];
-      EXPECT_TRUE(at::equal(one[i], two[i])) << what << " " << names[i] << ": relative difference " << rel(one[i], two[i]);
+    for (int kernels : {1, 2}) {
+      const auto one = run_path(kernels);
+      const std::string what = shape + ", LePE in the kernels " + std::to_string(kernels);
+      for (size_t i = 0; i < two.size(); ++i) {
+        ASSERT_TRUE(one[i].defined() && two[i].defined()) << what << " " << names[i];
+        EXPECT_TRUE(at::equal(one[i], two[i])) << what << " " << names[i] << ": relative difference " << rel(one[i], two[i]);
+      }
+      std::printf("  %-62s y %.2e, d qkvg %.2e relative difference\n", what.c_str(), rel(one[0], two[0]), rel(one[1], two[1]));
     }
-    std::printf("  LePE in the attention, %-32s y relative difference %.2e\n", what.c_str(), rel(one[0], two[0]));
   }
+  set_nala_onepass_backward_state(OnePassBackwardState::Auto);
   set_nala_cuda_poison(false);
 }
