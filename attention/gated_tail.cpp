@@ -353,8 +353,8 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     Saved s;
     bool lepe_bwd = false;  // the backward adds LePE's dv in the attention kernel
 #ifdef NALA_WITH_CUDA
-    // q stands for o in the check (the same shape, dtype and device as the attention's output)
-    // the kernel reads LePE's input through v: v_tok must be v's second view (the same memory)
+    // the kernel reads LePE's input through v: v_tok must be v's second view (the same memory); in
+    // gated_tail_supported q stands for o (the same shape, dtype and device as the attention's output)
     const bool same_v = v_tok.data_ptr() == v.data_ptr() && v_tok.stride(0) == v.stride(0) && v_tok.stride(1) == v.stride(2) &&
                         v_tok.stride(2) == 1 && v.stride(3) == 1 && v.stride(1) == v.size(3);
     if (q.is_cuda() && lepe_w.defined() && same_v && out_dtype == q.scalar_type() && cuda::gated_tail_supported(q, v_tok, g, lepe_w, out_dtype)) {

@@ -150,28 +150,40 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   return true;
 }
 
-// Bytes of the largest window (of v forward, of ∂L/∂u backward) any one-pass tile reads for LePE: its tokens' grid rows and
-// R = ks / 2 rows either side (within the grid), every column, d bf16 channels a position; the
-// kernel's lepe_rows (attention/cuda/onepass_kernels.cuh) for every tile of every rank.
-int lepe_window_bytes(int N, int ranks, int per_rank, int grid_h, int grid_w, int ks, int d) {
-  const int R = ks / 2;
+// Bytes of the largest window (of v forward, of ∂L/∂u backward) any one-pass tile of p's rank split
+// reads for LePE: its tokens' grid rows and R = ks / 2 rows either side (within the grid), every
+// column, p.D bf16 channels a position; the kernel's lepe_rows (attention/cuda/onepass_kernels.cuh)
+// for every tile of every rank.
+int lepe_window_bytes(const cuda::NalaKernelParams& p, int64_t grid_h, int64_t grid_w, int ks) {
+  const int R = ks / 2, gh = int(grid_h), gw = int(grid_w);
   int rows = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const int begin = r * per_rank, end = std::min(N, begin + per_rank);
+  for (int r = 0; r < p.chunks; ++r) {
+    const int begin = r * p.tokens_per_chunk, end = std::min(p.N, begin + p.tokens_per_chunk);
     for (int t0 = begin; t0 < end; t0 += cuda::kOnePassTile) {
       const int t_last = std::min(end, t0 + cuda::kOnePassTile) - 1;
-      rows = std::max(rows, std::min(grid_h - 1, t_last / grid_w + R) - std::max(0, t0 / grid_w - R) + 1);
+      rows = std::max(rows, std::min(gh - 1, t_last / gw + R) - std::max(0, t0 / gw - R) + 1);
     }
   }
-  return rows * grid_w * d * 2;
+  return rows * gw * p.D * 2;
 }
 
-
-// LePE's taps (D, 1, ks, ks) as the kernels read them: (ks², D) float32 tap-major, 16-byte aligned
-at::Tensor taps_f32(const at::Tensor& lepe_w) {
-  const int64_t Dm = lepe_w.size(0), ks = lepe_w.size(-1);
-  at::Tensor c = lepe_w.reshape({Dm, ks * ks}).t().to(at::kFloat).contiguous();  // (ks², D)
+// t as float32, contiguous and 16-byte aligned (the kernels' float4 loads)
+at::Tensor aligned_f32(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kFloat).contiguous();
   return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+}
+
+// LePE's taps (D, 1, ks, ks) as the kernels read them: (ks², D) float32 tap-major
+at::Tensor taps_f32(const at::Tensor& lepe_w) { return aligned_f32(lepe_w.reshape({lepe_w.size(0), -1}).t()); }
+
+// The forward's saved state, allocated and set in p: S, z, den as the backward reads them
+void keep_state(cuda::NalaKernelParams& p, NalaForward& r, const at::TensorOptions& f32) {
+  r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);  // (B, H, Fp, Dp)
+  r.z = at::empty({p.B, p.H, p.Fp}, f32);        // (B, H, Fp)
+  r.den = at::empty({p.B, p.H, p.N}, f32);       // (B, H, N)
+  p.S = r.S.data_ptr<float>();
+  p.z = r.z.data_ptr<float>();
+  p.den = r.den.data_ptr<float>();
 }
 
 }  // namespace
@@ -194,14 +206,7 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
   NalaForward r;
   if (take_onepass(p, feat, q)) {
     r.o = at::empty(q.sizes(), q.options());  // (B, H, N, D)
-    if (save_state) {
-      r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);  // (B, H, Fp, Dp)
-      r.z = at::empty({p.B, p.H, p.Fp}, f32);        // (B, H, Fp)
-      r.den = at::empty({p.B, p.H, p.N}, f32);       // (B, H, N)
-      p.S = r.S.data_ptr<float>();
-      p.z = r.z.data_ptr<float>();
-      p.den = r.den.data_ptr<float>();
-    }
+    if (save_state) keep_state(p, r, f32);
     poison({r.o, r.S, r.z, r.den});
     p.o = r.o.data_ptr();
     cuda::launch_nala_forward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
@@ -209,10 +214,8 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
   }
   split(p.N, BH, shape.tile_state, p.chunks, p.tokens_per_chunk);
   split(p.N, BH, shape.tile_out, p.out_chunks, p.out_tokens_per_chunk);
-  r.o = at::empty(q.sizes(), q.options());                          // (B, H, N, D)
-  r.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);                     // (B, H, Fp, Dp)
-  r.z = at::empty({p.B, p.H, p.Fp}, f32);                           // (B, H, Fp)
-  r.den = at::empty({p.B, p.H, p.N}, f32);                          // (B, H, N)
+  r.o = at::empty(q.sizes(), q.options());  // (B, H, N, D)
+  keep_state(p, r, f32);                    // the chunked kernels make the state anyway
   at::Tensor S_part, z_part;
   if (p.chunks > 1) {
     S_part = at::empty({BH, p.chunks, p.Fp, p.Dp}, f32);
@@ -222,9 +225,6 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
   }
   poison({r.o, r.S, r.z, r.den, S_part, z_part});
   p.o = r.o.data_ptr();
-  p.S = r.S.data_ptr<float>();
-  p.z = r.z.data_ptr<float>();
-  p.den = r.den.data_ptr<float>();
   cuda::launch_nala_forward(p, at::cuda::getCurrentCUDAStream().stream());
   return r;
 }
@@ -261,7 +261,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
     if (lepe_w.defined()) {
       const int ks = int(lepe_w.size(-1)), Dm = p.H * p.D;
       TORCH_CHECK(lepe_w.dim() == 4 && lepe_w.size(0) == Dm && lepe_w.device() == q.device() && grid_h * grid_w == p.N &&
-                      cuda::onepass_lepe_backward_fits(p.D, feat, ks, lepe_window_bytes(p.N, p.chunks, p.tokens_per_chunk, int(grid_h), int(grid_w), ks, p.D)),
+                      cuda::onepass_lepe_backward_fits(p.D, feat, ks, lepe_window_bytes(p, grid_h, grid_w, ks)),
                   "nala_backward_cuda: the one-pass backward does not take LePE (weight ", lepe_w.sizes(), ", grid ", grid_h, "x", grid_w,
                   ") here; nala_lepe_backward_takes says where it does");
       wt_reversed = taps_f32(lepe_w).flip({0}).contiguous();
@@ -296,7 +296,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   return {dq, dk, dv};
 }
 
-
 bool nala_lepe_backward_takes(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt, int64_t ks,
                               int64_t grid_h, int64_t grid_w) {
   if (q_in.scalar_type() != at::kBFloat16 || (ks != 3 && ks != 5) || grid_h * grid_w != q_in.size(2)) return false;
@@ -304,7 +303,7 @@ bool nala_lepe_backward_takes(const at::Tensor& q_in, const at::Tensor& k_in, co
   cuda::NalaKernelParams p = base_params(q, k, v, opt);
   const int feat = int(feature_dim(opt.feature_map, 1));
   if (!(p.vec_loads && cuda::onepass_supported(p.D, feat)) || !take_onepass(p, feat, q)) return false;
-  return cuda::onepass_lepe_backward_fits(p.D, feat, int(ks), lepe_window_bytes(p.N, p.chunks, p.tokens_per_chunk, int(grid_h), int(grid_w), int(ks), p.D));
+  return cuda::onepass_lepe_backward_fits(p.D, feat, int(ks), lepe_window_bytes(p, grid_h, grid_w, int(ks)));
 }
 
 NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,
@@ -314,7 +313,7 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   TORCH_CHECK(q_in.dim() == 4 && grid_h * grid_w == q_in.size(2), "nala_forward_lepe_cuda: ", q_in.size(2), " tokens do not fill a ", grid_h,
               "x", grid_w, " grid");
   if (q_in.scalar_type() != at::kBFloat16 || !lepe_w.defined() || lepe_w.dim() != 4) return r;
-  const int ks = int(lepe_w.size(-1)), d = int(q_in.size(3)), Dm = int(q_in.size(1) * q_in.size(3));
+  const int ks = int(lepe_w.size(-1)), Dm = int(q_in.size(1) * q_in.size(3));
   TORCH_CHECK(lepe_w.size(0) == Dm && lepe_w.size(1) == 1 && lepe_w.size(2) == ks, "nala_forward_lepe_cuda: lepe weight ", lepe_w.sizes(),
               " is not (", Dm, ", 1, k, k)");
   at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
@@ -322,13 +321,7 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   const int feat = int(feature_dim(opt.feature_map, 1));
   if (!(p.vec_loads && cuda::onepass_supported(p.D, feat) && (ks == 3 || ks == 5))) return r;
   if (!take_onepass(p, feat, q)) return r;
-  const int window = lepe_window_bytes(p.N, p.chunks, p.tokens_per_chunk, int(grid_h), int(grid_w), ks, d);
-  if (!cuda::onepass_lepe_layout(p.D, feat, ks, window, p.lepe_window, p.lepe_smem)) return r;
-  // the taps (ks², D) tap-major and the bias, float32 and 16-byte aligned (the kernel's float4 loads)
-  const auto aligned_f32 = [](const at::Tensor& t) {
-    at::Tensor c = t.to(at::kFloat).contiguous();
-    return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
-  };
+  if (!cuda::onepass_lepe_layout(p.D, feat, ks, lepe_window_bytes(p, grid_h, grid_w, ks), p.lepe_window, p.lepe_smem)) return r;
   TORCH_CHECK(lepe_w.device() == q.device() && (!lepe_b.defined() || lepe_b.device() == q.device()), "nala_forward_lepe_cuda: the LePE parameters are on ",
               lepe_w.device(), ", q on ", q.device());
   const at::Tensor wt = taps_f32(lepe_w);                                                                          // (ks², D)
@@ -339,15 +332,7 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   p.lepe_wt = wt.data_ptr<float>();
   p.lepe_b = bias.data_ptr<float>();
   r.u = at::empty({p.B, p.N, Dm}, q.options());  // (B, N, H·d)
-  auto f32 = q.options().dtype(at::kFloat);
-  if (save_state) {
-    r.state.S = at::empty({p.B, p.H, p.Fp, p.Dp}, f32);  // (B, H, Fp, Dp)
-    r.state.z = at::empty({p.B, p.H, p.Fp}, f32);        // (B, H, Fp)
-    r.state.den = at::empty({p.B, p.H, p.N}, f32);       // (B, H, N)
-    p.S = r.state.S.data_ptr<float>();
-    p.z = r.state.z.data_ptr<float>();
-    p.den = r.state.den.data_ptr<float>();
-  }
+  if (save_state) keep_state(p, r.state, q.options().dtype(at::kFloat));
   poison({r.u, r.state.S, r.state.z, r.state.den});
   p.u = r.u.data_ptr();
   cuda::launch_nala_forward_onepass(p, at::cuda::getCurrentCUDAStream().stream());

@@ -88,8 +88,9 @@ void launch_nala_backward_onepass(const NalaKernelParams& p, void* stream);
 bool onepass_bf16_state_adds_a_block(int D, int feat);
 // Where the one-pass forward with LePE keeps a window of window_bytes: at the front of its shared
 // memory, which phase 2 leaves unused (the reduce's partial state only passes through it; offset 0,
-// the kernel's shared memory unchanged), or after the kernel's own shared memory. False when the kernel has no LePE variant for (D, feat,
-// ks) or the window would cost the second CTA an SM.
+// the kernel's shared memory unchanged), or after the kernel's own shared memory. False when the
+// kernel has no LePE variant for (D, feat, ks) (the nala maps' feat 2, ks 3 or 5) or the window
+// would cost the second CTA an SM.
 bool onepass_lepe_layout(int D, int feat, int ks, int window_bytes, int& offset, int& smem_bytes);
 // Whether the one-pass backward with LePE takes a window of window_bytes: it must fit the φ tile's
 // memory, which phase 2 leaves free once its products have read φ (the kernel's shared memory is unchanged).
