@@ -1,5 +1,6 @@
 // Host side of the one-pass NaLa kernels: (head dim, feature count) to template arguments, the
 // shared-memory reservation and the cluster launch.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -43,6 +44,20 @@ bool onepass_lepe_backward_fits(int D, int feat, int ks, int window_bytes) {
   return window_bytes <= phi_bytes;
 }
 
+// Where a one-pass kernel with LePE keeps its head's taps (ks² × D float32; onepass_kernels.cuh
+// lepe_stage_taps): past the launch's other shared memory when that costs no CTA an SM (two at most
+// resident by the kernels' launch bounds; 228 KB an SM, 1 KB of it reserved a CTA; 227 KB a CTA),
+// smem_bytes grown to hold them; else −1, the taps read from global memory. In shared memory the
+// taps' loads do not wait on L2 (Nsight Compute, NaLaDiT-S/2: the weights' loads from global memory
+// were the LePE sums' main stall).
+static int onepass_lepe_taps(int D, int ks, int& smem_bytes) {
+  const int taps = ks * ks * D * 4, at = (smem_bytes + 15) / 16 * 16;
+  auto ctas = [](int bytes) { return std::min(2, 228 * 1024 / (bytes + 1024)); };
+  if (at + taps > 227 * 1024 || ctas(at + taps) < ctas(smem_bytes)) return -1;
+  smem_bytes = at + taps;
+  return at;
+}
+
 template <typename Kernel>
 static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threads, int smem_bytes, cudaStream_t st, const char* what) {
   if (P.chunks < 1 || P.chunks > 8 || P.tokens_per_chunk % kOnePassTile != 0)
@@ -74,8 +89,11 @@ static void onepass_backward_lo(const NalaKernelParams& P, cudaStream_t st) {
     return;
   }
   if constexpr (FEAT == 2) {  // LePE variants for the nala maps only (the gated block's; fewer kernels to compile)
-    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, P, threads, bytes, st, "backward with LePE");
-    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, P, threads, bytes, st, "backward with LePE");
+    NalaKernelParams Q = P;
+    int smem = bytes;
+    Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
+    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, Q, threads, smem, st, "backward with LePE");
+    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, Q, threads, smem, st, "backward with LePE");
   }
   throw std::runtime_error("nala one-pass backward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
                            " features");
@@ -91,8 +109,11 @@ template <int D, int FEAT>
 static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
   if (forward && P.lepe_ks != 0) {
     if constexpr (FEAT == 2) {
-      if (P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
-      if (P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3>, P, OnePass<D, FEAT>::THREADS, P.lepe_smem, st, "forward with LePE");
+      NalaKernelParams Q = P;
+      int smem = P.lepe_smem;
+      Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
+      if (P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5>, Q, OnePass<D, FEAT>::THREADS, smem, st, "forward with LePE");
+      if (P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3>, Q, OnePass<D, FEAT>::THREADS, smem, st, "forward with LePE");
     }
     throw std::runtime_error("nala one-pass forward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
                              " features");

@@ -59,7 +59,9 @@ struct NalaKernelParams {
   void* u = nullptr;
   const float* lepe_wt = nullptr;
   const float* lepe_b = nullptr;
-  int lepe_ks = 0, grid_h = 0, grid_w = 0, lepe_window = 0, lepe_smem = 0;
+  // Both: the launch sets lepe_taps, the byte of shared memory where the kernel copies its head's taps,
+  // or −1 to read them from lepe_wt (nala_onepass.cu onepass_lepe_taps).
+  int lepe_ks = 0, grid_h = 0, grid_w = 0, lepe_window = 0, lepe_smem = 0, lepe_taps = -1;
 };
 
 // Sizes that nala_cuda.cpp needs to allocate buffers and pick the sequence split.

@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   const int begin = rank * P.tokens_per_chunk, end = min(P.N, begin + P.tokens_per_chunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
+  LepeTaps taps{nullptr, 0};
+  if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
 
   // the first q, grad_o tile's loads fly while S is read
   const T* qp = static_cast<const T*>(P.q);
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
     if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();
-    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, gs, b, h, t0, min(TILE, end - t0));
+    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, taps, gs, b, h, t0, min(TILE, end - t0));
     else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
     token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, static_cast<T*>(P.dk) + (int64_t(bh) * P.N + t0 + my_t) * D);
     __syncthreads();

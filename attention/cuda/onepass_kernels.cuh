@@ -232,64 +232,124 @@ __device__ __forceinline__ void lepe_stage_window(__nv_bfloat16* win, const void
   nala::cuda_async::cp_async_commit();
 }
 
+// This head's taps (ks², D float32 of P.lepe_wt (ks², H·D)) copied to shared memory at byte
+// P.lepe_taps by cp.async, one group, when the launch placed them there (P.lepe_taps ≥ 0; the host's
+// onepass_lepe_taps): returns where lepe_rows_out reads them and their tap stride. The copies land
+// by the tile's cp_async_wait<0> and barrier that precede the first lepe_rows_out.
+struct LepeTaps {
+  const float* w;  // tap 0, this head's channel 0
+  int stride;      // floats from one tap to the next
+};
+template <int D, int KS, int THREADS>
+__device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, char* sm, int h) {
+  const float* src = P.lepe_wt + h * D;
+  if (P.lepe_taps < 0) return {src, P.H * D};
+  float* dst = reinterpret_cast<float*>(sm + P.lepe_taps);
+  constexpr int C4 = D / 4;
+  for (int i = threadIdx.x; i < KS * KS * C4; i += THREADS) {
+    const int tap = i / C4, c = i - tap * C4;
+    nala::cuda_async::cp_async<16>(dst + tap * D + 4 * c, src + int64_t(tap) * P.H * D + 4 * c);
+  }
+  nala::cuda_async::cp_async_commit();
+  return {dst, D};
+}
+
 // The outputs of tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the window and a staged tile
-// (bf16 rows t, leading dimension LD: o forward, the attention's dv backward), a thread 8 channels of
-// a token at a time, consecutive threads along the channels (the window's reads conflict-free, the
-// stores 16 bytes each). Forward: u (B, N, H·D) at P.u; backward: dv (B, H, N, D) at P.dv. The taps:
-// P.lepe_wt (ks², H·D), reversed for the backward by the host.
+// (bf16 rows t, leading dimension LD: o forward, the attention's dv backward). A thread takes 4
+// channels of a run of LEPE_RUN consecutive tokens at a time, consecutive threads along the
+// channels: each tap's 4 weights (taps: lepe_stage_taps; reversed for the backward by the host) are
+// read once for the run, and where the run lies in one grid row each window row's LEPE_RUN + ks − 1
+// positions are read once for all its taps (a run that crosses a row or the end reads per token).
+// Each output's sum is the same either way: bias (forward), then the taps row by row, fmaf.
+// Forward: u (B, N, H·D) at P.u; backward: dv (B, H, N, D) at P.dv.
+constexpr int LEPE_RUN = 4;
+__device__ __forceinline__ void bf16x4_to_float(uint2 raw, float (&f)[4]) {
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  f[0] = a.x, f[1] = a.y, f[2] = c.x, f[3] = c.y;
+}
+__device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw) {
+  float e[4];
+  bf16x4_to_float(raw, e);
+  acc[0] = fmaf(w.x, e[0], acc[0]);
+  acc[1] = fmaf(w.y, e[1], acc[1]);
+  acc[2] = fmaf(w.z, e[2], acc[2]);
+  acc[3] = fmaf(w.w, e[3], acc[3]);
+}
 template <int D, int KS, int LD, int THREADS, bool BWD>
-__device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, const __nv_bfloat16* tile, int b,
-                                              int h, int t0, int rows) {
-  constexpr int CH = D / 8, R = KS / 2;
-  const int Dm = P.H * D;
-  for (int i = threadIdx.x; i < rows * CH; i += THREADS) {
-    const int t = i / CH, c = i - t * CH, n = t0 + t;
+__device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, LepeTaps taps,
+                                              const __nv_bfloat16* tile, int b, int h, int t0, int rows) {
+  constexpr int C4 = D / 4, R = KS / 2, RUN = LEPE_RUN, SPAN = RUN + KS - 1;
+  static_assert(D % 4 == 0, "LePE in the kernels reads 4 channels at a time");
+  const int Dm = P.H * D, runs = (rows + RUN - 1) / RUN;
+  for (int i = threadIdx.x; i < runs * C4; i += THREADS) {
+    const int s = i / C4, c = i - s * C4, t = s * RUN, n = t0 + t;
+    const int count = min(RUN, rows - t);  // tokens in this run
     const int y = n / P.grid_w, x = n - y * P.grid_w;
-    const int ch = h * D + 8 * c;  // the model channel of this thread's first
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (!BWD) {
-      const float4 b0 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch)), b1 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch + 4));
-      acc[0] = b0.x, acc[1] = b0.y, acc[2] = b0.z, acc[3] = b0.w, acc[4] = b1.x, acc[5] = b1.y, acc[6] = b1.z, acc[7] = b1.w;
+    const int ch = h * D + 4 * c;  // the model channel of this thread's first
+    const float* wc = taps.w + 4 * c;
+    float acc[RUN][4];
+    {
+      float4 b4 = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (!BWD) b4 = __ldg(reinterpret_cast<const float4*>(P.lepe_b + ch));
+#pragma unroll
+      for (int p = 0; p < RUN; ++p) acc[p][0] = b4.x, acc[p][1] = b4.y, acc[p][2] = b4.z, acc[p][3] = b4.w;
     }
+    // the window's 4 channels at grid position (yy, xx), zeros outside the grid
+    auto at = [&](int yy, int xx) {
+      uint2 raw = make_uint2(0, 0);
+      if (yy >= 0 && yy < P.grid_h && xx >= 0 && xx < P.grid_w)
+        raw = *reinterpret_cast<const uint2*>(win + ((yy - r.y0) * P.grid_w + xx) * D + 4 * c);
+      return raw;
+    };
+    if (count == RUN && x + RUN <= P.grid_w) {  // one grid row: a window row's span read once for its taps
+#pragma unroll 1
+      for (int ti = 0; ti < KS; ++ti) {
+        uint2 v[SPAN];  // window row y + ti − R, columns x − R .. x + RUN − 1 + R
 #pragma unroll
-    for (int ti = 0; ti < KS; ++ti) {
-      const int yy = y + ti - R;
-      const bool row_in = yy >= 0 && yy < P.grid_h;
-      const __nv_bfloat16* wrow = win + (yy - r.y0) * P.grid_w * D + 8 * c;  // read only where row_in
+        for (int q = 0; q < SPAN; ++q) v[q] = at(y + ti - R, x - R + q);
 #pragma unroll
-      for (int tj = 0; tj < KS; ++tj) {
-        const int xx = x + tj - R;
-        uint4 raw = make_uint4(0, 0, 0, 0);
-        if (row_in && xx >= 0 && xx < P.grid_w) raw = *reinterpret_cast<const uint4*>(wrow + xx * D);
-        const float* wt = P.lepe_wt + (ti * KS + tj) * Dm + ch;
-        const float4 w0 = __ldg(reinterpret_cast<const float4*>(wt)), w1 = __ldg(reinterpret_cast<const float4*>(wt + 4));
-        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-        const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        for (int tj = 0; tj < KS; ++tj) {
+          const float4 w = *reinterpret_cast<const float4*>(wc + (ti * KS + tj) * taps.stride);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const float2 v2 = __bfloat1622float2(e[u]);
-          acc[2 * u] = fmaf(w[2 * u], v2.x, acc[2 * u]);
-          acc[2 * u + 1] = fmaf(w[2 * u + 1], v2.y, acc[2 * u + 1]);
+          for (int p = 0; p < RUN; ++p) fma4(acc[p], w, v[p + tj]);
         }
       }
-    }
-    const uint4 traw = *reinterpret_cast<const uint4*>(tile + t * LD + 8 * c);
-    const __nv_bfloat162* t2 = reinterpret_cast<const __nv_bfloat162*>(&traw);
-    uint4 out;
-    __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+    } else {  // per token (past the run's count: its last token again, never stored)
+      int yp[RUN], xp[RUN];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float2 tf = __bfloat1622float2(t2[u]);
-      if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum
-        const float2 lf = __bfloat1622float2(__floats2bfloat162_rn(acc[2 * u] + 0.f, acc[2 * u + 1] + 0.f));  // + its zero residual
-        o2[u] = __floats2bfloat162_rn(tf.x + lf.x, tf.y + lf.y);
-      } else {
-        o2[u] = __floats2bfloat162_rn(acc[2 * u] + tf.x, acc[2 * u + 1] + tf.y);
+      for (int p = 0; p < RUN; ++p) {
+        const int np = n + min(p, count - 1);
+        yp[p] = np / P.grid_w, xp[p] = np - yp[p] * P.grid_w;
       }
+#pragma unroll 1
+      for (int ti = 0; ti < KS; ++ti)
+#pragma unroll
+        for (int tj = 0; tj < KS; ++tj) {
+          const float4 w = *reinterpret_cast<const float4*>(wc + (ti * KS + tj) * taps.stride);
+#pragma unroll
+          for (int p = 0; p < RUN; ++p) fma4(acc[p], w, at(yp[p] + ti - R, xp[p] + tj - R));
+        }
     }
-    __nv_bfloat16* dst = BWD ? static_cast<__nv_bfloat16*>(P.dv) + ((int64_t(b) * P.H + h) * P.N + n) * D + 8 * c
-                             : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n) * Dm + ch;
-    *reinterpret_cast<uint4*>(dst) = out;
+#pragma unroll
+    for (int p = 0; p < RUN; ++p) {
+      if (p >= count) break;
+      float tf[4];
+      bf16x4_to_float(*reinterpret_cast<const uint2*>(tile + (t + p) * LD + 4 * c), tf);
+      __nv_bfloat162 o2[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum
+          const float2 lf = __bfloat1622float2(__floats2bfloat162_rn(acc[p][2 * u] + 0.f, acc[p][2 * u + 1] + 0.f));  // + its zero residual
+          o2[u] = __floats2bfloat162_rn(tf[2 * u] + lf.x, tf[2 * u + 1] + lf.y);
+        } else {
+          o2[u] = __floats2bfloat162_rn(acc[p][2 * u] + tf[2 * u], acc[p][2 * u + 1] + tf[2 * u + 1]);
+        }
+      }
+      __nv_bfloat16* dst = BWD ? static_cast<__nv_bfloat16*>(P.dv) + ((int64_t(b) * P.H + h) * P.N + n + p) * D + 4 * c
+                               : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n + p) * Dm + ch;
+      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o2);
+    }
   }
 }
 
@@ -311,6 +371,8 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
   const int rank = blockIdx.x, ranks = gridDim.x;  // a cluster spans the grid's x dimension
   const int begin = rank * P.tokens_per_chunk, end = min(P.N, begin + P.tokens_per_chunk);
   const int warp = threadIdx.x / 32;
+  LepeTaps taps{nullptr, 0};
+  if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
 
   // ---- phase 1: S' = Σ_i φ_k(k_i) [v_i | 1] over this rank's tokens
   float acc[O::UPW][O::NH][4] = {};
@@ -372,7 +434,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
     if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();  // the o tile (and the window) visible to every thread
-    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, vs, b, h, t0, min(TILE, end - t0));
+    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
     else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o), vs, int64_t(bh) * P.N + t0, end - t0);
     fq = fq_next;
   }

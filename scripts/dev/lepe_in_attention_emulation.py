@@ -2,7 +2,8 @@
 # A design aid for the one-pass kernels with LePE (attention/cuda/onepass_kernels.cuh: lepe_rows,
 # lepe_stage_window, lepe_rows_out, as the forward and the backward (onepass_backward.cuh) use them; the
 # host's rank split, lepe_window_bytes and reversed taps in attention/cuda/nala_cuda.cpp): emulates
-# their index math on the CPU in float64, tile by tile and thread item by thread item, and compares
+# their index math on the CPU in float64, tile by tile and thread item by thread item (a run of
+# LEPE_RUN tokens × 4 channels: the one-row path and the per-token path), and compares
 # u = o + LePE(v) + b with torch's conv2d, and dv + LePE's dv with conv2d's input gradient. It also checks
 # that every window read falls inside the rows a tile staged and that the host's window size covers
 # every tile. Run it after changing that code:
@@ -11,6 +12,7 @@
 import torch
 torch.manual_seed(0)
 TILE = 64
+RUN = 4  # onepass_kernels.cuh LEPE_RUN
 
 def rank_split(N, BH, sms=132):  # nala_cuda.cpp onepass_split
     tiles = (N + TILE - 1) // TILE
@@ -35,7 +37,8 @@ def window_bytes(N, ranks, per, gh, gw, ks, d):  # nala_cuda.cpp lepe_window_byt
 def check(B, H, d, gh, gw, ks, backward=False):
     # backward: the one-pass backward's use (onepass_backward.cuh): the window of ∂L/∂u (here `v`), the
     # taps reversed, no bias; the attention's dv (here `o`) added; against conv2d's input gradient
-    N, D, R, CH = gh * gw, H * d, ks // 2, d // 8
+    N, D, R, C4 = gh * gw, H * d, ks // 2, d // 4
+    stats = {True: 0, False: 0}  # items by path: one grid row, per token
     v = torch.randn(B, H, N, d, dtype=torch.float64)
     o = torch.randn(B, H, N, d, dtype=torch.float64)
     w = torch.randn(D, 1, ks, ks, dtype=torch.float64)
@@ -52,27 +55,41 @@ def check(B, H, d, gh, gw, ks, backward=False):
                 begin, end = r * per, min(N, (r + 1) * per)
                 for t0 in range(begin, end, TILE):
                     y0, y1 = lepe_rows(t0, min(end, t0 + TILE), gh, gw, R)
-                    count = (y1 - y0 + 1) * gw
-                    assert count * d * 2 <= limit, (B, H, d, gh, gw, ks, t0)
-                    win = v[b, h, y0 * gw:y0 * gw + count]  # (positions, d): lepe_stage_window's copy
+                    wcount = (y1 - y0 + 1) * gw
+                    assert wcount * d * 2 <= limit, (B, H, d, gh, gw, ks, t0)
+                    win = v[b, h, y0 * gw:y0 * gw + wcount]  # (positions, d): lepe_stage_window's copy
                     rows = min(TILE, end - t0)
-                    for i in range(rows * CH):  # lepe_rows_out's items
-                        t, c = divmod(i, CH)
+                    runs = (rows + RUN - 1) // RUN
+                    for i in range(runs * C4):  # lepe_rows_out's items: a run of RUN tokens × 4 channels
+                        s, c = divmod(i, C4)
+                        t = s * RUN
                         n = t0 + t
+                        count = min(RUN, rows - t)
                         y, x = divmod(n, gw)
-                        ch = h * d + 8 * c
-                        acc = bias[ch:ch + 8].clone()
+                        one_row = count == RUN and x + RUN <= gw
+                        stats[one_row] += 1
+                        ch = h * d + 4 * c
+                        acc = [bias[ch:ch + 4].clone() for _ in range(RUN)]
+
+                        def at(yy, xx):  # the window's 4 channels at (yy, xx), zeros outside the grid
+                            if 0 <= yy < gh and 0 <= xx < gw:
+                                pos = (yy - y0) * gw + xx
+                                assert 0 <= pos < wcount, (t0, n, yy, xx)
+                                return win[pos, 4 * c:4 * c + 4]
+                            return torch.zeros(4, dtype=torch.float64)
                         for ti in range(ks):
-                            yy = y + ti - R
+                            span = [at(y + ti - R, x - R + q) for q in range(RUN + ks - 1)] if one_row else None
                             for tj in range(ks):
-                                xx = x + tj - R
-                                val = torch.zeros(8, dtype=torch.float64)
-                                if 0 <= yy < gh and 0 <= xx < gw:
-                                    pos = (yy - y0) * gw + xx
-                                    assert 0 <= pos < count, (t0, n, ti, tj)
-                                    val = win[pos, 8 * c:8 * c + 8]
-                                acc = acc + wt[ti * ks + tj, ch:ch + 8] * val
-                        u[b, n, ch:ch + 8] = acc + o[b, h, n, 8 * c:8 * c + 8]
+                                wv = wt[ti * ks + tj, ch:ch + 4]
+                                for p in range(RUN):
+                                    if one_row:
+                                        e = span[p + tj]
+                                    else:
+                                        yp, xp = divmod(n + min(p, count - 1), gw)
+                                        e = at(yp + ti - R, xp + tj - R)
+                                    acc[p] = acc[p] + wv * e
+                        for p in range(count):
+                            u[b, n + p, ch:ch + 4] = acc[p] + o[b, h, n + p, 4 * c:4 * c + 4]
     img = v.permute(0, 1, 3, 2).reshape(B, D, gh, gw)  # (B, D, Hg, Wg): channel h·d + e
     if backward:  # ∂/∂x of Σ conv2d(x, w) ⊙ du at du = img: the transposed convolution
         x = torch.zeros(B, D, gh, gw, dtype=torch.float64, requires_grad=True)
@@ -84,10 +101,10 @@ def check(B, H, d, gh, gw, ks, backward=False):
     err = (u - ref).abs().max().item()
     assert err < 1e-12, (B, H, d, gh, gw, ks, backward, err)
     what = "backward (dv)" if backward else "forward (u)"
-    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, max error {err:.1e}")
+    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, items one-row/per-token {stats[True]}/{stats[False]}, max error {err:.1e}")
 
 # DiT-S/2's grid; a cluster of 8 ranks; tiles ending mid-row; d 72; a grid narrower than R; one row
 for case in [(2, 1, 64, 16, 16, 5), (1, 1, 64, 32, 32, 5), (2, 1, 64, 12, 24, 3), (1, 2, 72, 16, 16, 5), (1, 1, 8, 40, 3, 5),
-             (1, 1, 8, 1, 70, 3), (1, 1, 8, 9, 7, 5)]:
+             (1, 1, 8, 1, 70, 3), (1, 1, 8, 9, 7, 5), (1, 1, 8, 5, 13, 3)]:
     for backward in (False, True):
         check(*case, backward=backward)

@@ -258,7 +258,8 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
 // forward's window in the kernel's unused front, the backward's in the φ tile), a 32 × 32 grid over a
 // cluster of ranks (the forward's window past the kernel's shared memory; too large for the backward's,
 // which leaves LePE's dv to the tail), a 12 × 24 grid whose tiles end mid-row with LePE 3 (the
-// backward's window too large as well), d = 72 and LePE 3 (both in the kernels); the backward with the
+// backward's window too large as well), d = 72 and LePE 3 (both in the kernels), a 9 × 14 grid (runs of
+// 4 tokens that cross a grid row, a last tile of 62 tokens: lepe_rows_out's per-token path); the backward with the
 // hi + lo state and with bf16 alone (NALA_ONEPASS_BWD_STATE's two kernels). The kernel paths are counted
 // (lepe_in_attention_runs, lepe_in_attention_backward_runs), so a shape a kernel declines fails here
 // instead of passing unfused.
@@ -270,7 +271,8 @@ TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
   set_nala_cuda_poison(true);  // every output NaN before a launch: an element the kernel skips cannot pass as the last run's
   for (const OnePassBackwardState state : {OnePassBackwardState::HiLo, OnePassBackwardState::Bf16})  // both backward kernels, both paths
   for (const Case& c : {Case{48, 6, 64, 16, 16, 5, true}, Case{8, 6, 64, 32, 32, 5, false}, Case{48, 6, 64, 12, 24, 3, false},
-                        Case{48, 5, 72, 16, 16, 5, true}, Case{48, 6, 64, 16, 16, 3, true}}) {
+                        Case{48, 5, 72, 16, 16, 5, true}, Case{48, 6, 64, 16, 16, 3, true},
+                        Case{24, 6, 64, 9, 14, 3, true}}) {
     set_nala_onepass_backward_state(state);
     torch::manual_seed(21);
     const int64_t N = c.gh * c.gw, D = c.H * c.d;
