@@ -70,15 +70,15 @@ at::Tensor nala_mixer_recomputing(const at::Tensor& q, const at::Tensor& k, cons
 // undefined and v's holds both, which is the sum autograd forms when v and v_tok are views of one
 // tensor, as in the block (the kernel path needs both to require gradients). Otherwise the two run apart, the
 // same formulas. v_tok is v as (B, N, H·d): the same values (the block passes a second view of the
-// same projection output; the CUDA kernel reads LePE's input through v). What the block runs with
-// NALA_LEPE_IN_ATTENTION=1 or 2 (lepe_in_attention; not with RoPE or NALA_RECOMPUTE=1). Any device (the
+// same projection output; the CUDA kernel reads LePE's input through v). What the block runs on CUDA
+// unless NALA_LEPE_IN_ATTENTION=0 (lepe_in_attention; not with RoPE or NALA_RECOMPUTE=1). Any device (the
 // CPU tests check it against autograd of the composition in float64).
 at::Tensor nala_mixer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok, const at::Tensor& g,
                       const at::Tensor& lepe_w, const at::Tensor& lepe_b, const at::Tensor& norm_w, const at::Tensor& norm_b, const NalaOptions& opt,
                       int64_t grid_h, int64_t grid_w, double eps, int lepe_kernels = 1);
-// NALA_LEPE_IN_ATTENTION: 1 the gated block runs nala_mixer with LePE in the attention's forward, 2 in
-// its forward and backward; 0 or unset (the default until a GPU has timed them): nala_attention, then
-// gated_tail. Any other value is an error, at first use.
+// NALA_LEPE_IN_ATTENTION: 1 the gated block runs nala_mixer with LePE in the attention's forward; 2 or
+// unset (the default: NaLaDiT-S/2 training 0.3-0.5 ms a step faster than 0 on an H100, docs/benchmarks.md)
+// in its forward and backward; 0: nala_attention, then gated_tail. Any other value is an error, at first use.
 int lepe_in_attention();
 void set_lepe_in_attention(int kernels);
 void reset_lepe_in_attention();  // back to the environment's value (read at the next use)

@@ -203,7 +203,7 @@ TEST(NalaMixer, BadShapesNameTheValue) {
 TEST(NalaMixer, SwitchValues) {
   const char* old = std::getenv("NALA_LEPE_IN_ATTENTION");
   const std::string saved = old ? old : "";
-  for (const auto& [value, kernels] : {std::pair<const char*, int>{"", 0}, {"0", 0}, {"1", 1}, {"2", 2}}) {
+  for (const auto& [value, kernels] : {std::pair<const char*, int>{"", 2}, {"0", 0}, {"1", 1}, {"2", 2}}) {
     setenv("NALA_LEPE_IN_ATTENTION", value, 1);
     reset_lepe_in_attention();
     EXPECT_EQ(lepe_in_attention(), kernels) << "'" << value << "'";
