@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# LePE inside the one-pass attention kernels (NALA_LEPE_IN_ATTENTION=1: the forward, =2: the forward and
-# the backward's dv; attention/gated_tail.h nala_mixer) against the defaults (the attention writes o,
+# LePE inside the one-pass attention kernels (NALA_LEPE_IN_ATTENTION=1: the forward, =2, the default: the forward and
+# the backward's dv; attention/gated_tail.h nala_mixer) against 0 (the attention writes o,
 # lepe_conv makes u and, transposed, LePE's dv), one binary, same run, alternating: first the paths'
 # test, then NaLaDiT-S/2 training (batch 256, 256 px, CUDA graphs) 0, 1, 2 twice over, then
 # NaLaDiT-XL/2 sampling (250 DDPM steps, CFG 1.5, batch 64, bf16) 0 and 1. One file: lepe_attention.md.
