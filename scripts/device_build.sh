@@ -107,12 +107,14 @@ for step in "${steps[@]}"; do
       ;;
     sanitize)
       # GatedTailKernels.BlocksWalkingSeveralTiles (65,600 blocks a launch) alone runs past the 600 s
-      # a device call has under racecheck; memcheck takes it (SANITIZE_FILTER='GatedTailKernels.*').
+      # a device call has under racecheck; memcheck takes it (SANITIZE_FILTER='GatedTailKernels.*'). So does
+      # GatedTailKernels.LepeInAttentionEqualsTheTwoOperations (unfinished after 220 s under racecheck,
+      # 2026-12-06); its batch-2 twin LepeInAttentionOverClusterRanks is in the default filter.
       # --error-exitcode: without it compute-sanitizer exits with the tests' status even when it
       # reports errors (2026-12-03: racecheck printed 3 hazards and rc=0). The filter's tests call no
       # FP8 GEMM: racecheck reported 3 hazards inside cuBLASLt's FP8 GEMM (nvjet_sm90_qqtst_..._ovscale_bias_TNT, TMA and mbarriers, which it does not model),
       # and with --kernel-name-exclude kns=nvjet it died of an internal error instead.
-      filter=${SANITIZE_FILTER:-'NalaCuda.EveryFeatureMap:NalaCudaOnePass.*:BlockKernels.LayerNormModulateAndGatedResidual:BlockKernels.ResidualLayerNormModulateEqualsTheTwoKernels:BlockKernels.StagedResidualNormEqualsTheOnePassKernel:BlockKernels.SplitHeadsGatherEqualsTheCopies:BlockKernels.BiasGelu:GatedTailKernels.MatchFloat64AndTheComposition:NalaCuda.RecomputedStateGivesTheSameGradients:LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels:LinearFp8Cuda.LayerNormModulateQuantizeEqualsTheTwoKernels:BlockKernels.ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels:BlockKernels.PartialSumsInOneLaunchEqualAtensSums'}
+      filter=${SANITIZE_FILTER:-'NalaCuda.EveryFeatureMap:NalaCudaOnePass.*:BlockKernels.LayerNormModulateAndGatedResidual:BlockKernels.ResidualLayerNormModulateEqualsTheTwoKernels:BlockKernels.StagedResidualNormEqualsTheOnePassKernel:BlockKernels.SplitHeadsGatherEqualsTheCopies:BlockKernels.BiasGelu:GatedTailKernels.MatchFloat64AndTheComposition:NalaCuda.RecomputedStateGivesTheSameGradients:LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels:LinearFp8Cuda.LayerNormModulateQuantizeEqualsTheTwoKernels:BlockKernels.ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels:BlockKernels.PartialSumsInOneLaunchEqualAtensSums:GatedTailKernels.LepeInAttentionOverClusterRanks'}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
         compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 10 ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
           > "$logs/sanitize_$tool.log" 2>&1

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -263,16 +264,17 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
 // hi + lo state and with bf16 alone (NALA_ONEPASS_BWD_STATE's two kernels). The kernel paths are counted
 // (lepe_in_attention_runs, lepe_in_attention_backward_runs), so a shape a kernel declines fails here
 // instead of passing unfused.
-TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
-  struct Case {
-    int64_t B, H, d, gh, gw, ks;
-    bool backward;  // the backward's window fits the φ tile
-  };
+struct LepeCase {
+  int64_t B, H, d, gh, gw, ks;
+  bool backward;  // the backward's window fits the φ tile
+};
+// nala_mixer with LePE in the kernels (1, 2) against the two operations, bit for bit, on each case with
+// both backward states; every output poisoned, the kernel paths counted.
+static void expect_lepe_in_attention_equal(std::initializer_list<LepeCase> cases) {
+  using Case = LepeCase;
   set_nala_cuda_poison(true);  // every output NaN before a launch: an element the kernel skips cannot pass as the last run's
   for (const OnePassBackwardState state : {OnePassBackwardState::HiLo, OnePassBackwardState::Bf16})  // both backward kernels, both paths
-  for (const Case& c : {Case{48, 6, 64, 16, 16, 5, true}, Case{8, 6, 64, 32, 32, 5, false}, Case{48, 6, 64, 12, 24, 3, false},
-                        Case{48, 5, 72, 16, 16, 5, true}, Case{48, 6, 64, 16, 16, 3, true},
-                        Case{24, 6, 64, 9, 14, 3, true}}) {
+  for (const Case& c : cases) {
     set_nala_onepass_backward_state(state);
     torch::manual_seed(21);
     const int64_t N = c.gh * c.gw, D = c.H * c.d;
@@ -312,4 +314,20 @@ TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
   }
   set_nala_onepass_backward_state(OnePassBackwardState::Auto);
   set_nala_cuda_poison(false);
+}
+
+TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
+  expect_lepe_in_attention_equal({{48, 6, 64, 16, 16, 5, true}, {8, 6, 64, 32, 32, 5, false}, {48, 6, 64, 12, 24, 3, false},
+                                  {48, 5, 72, 16, 16, 5, true}, {48, 6, 64, 16, 16, 3, true}, {24, 6, 64, 9, 14, 3, true}});
+}
+
+// The same shapes at batch 2, the one-pass kernels forced (NALA_ATTENTION_KERNEL=onepass; the automatic
+// rule leaves so few (b, h) pairs to the chunked kernels): B·H = 10-12 pairs, each split over a cluster of
+// ranks (4 of 64 tokens at 16 × 16, 8 of 128 at 32 × 32, 5 of 64 at 12 × 24). Small enough for
+// compute-sanitizer's racecheck, which the test above outruns (a device call's 600 s).
+TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
+  set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+  expect_lepe_in_attention_equal({{2, 6, 64, 16, 16, 5, true}, {2, 6, 64, 32, 32, 5, false}, {2, 6, 64, 12, 24, 3, false},
+                                  {2, 5, 72, 16, 16, 5, true}, {2, 6, 64, 9, 14, 3, true}});
+  set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }
