@@ -7,7 +7,7 @@
 out=$1
 v=${2:-2}
 for k in forward backward; do
-  NALA_LEPE_IN_ATTENTION=$v ncu --clock-control none --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
+  NALA_LEPE_IN_ATTENTION=$v ncu --clock-control none --section SpeedOfLight --section SourceCounters --section WarpStateStats --section LaunchStats --section Occupancy \
       --import-source yes --kernel-name regex:"onepass_${k}_kernel" --launch-skip 0 --launch-count 1 -f -o "$out/prof" \
       ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 0 --cuda-graphs off >> "$out/ncu_lepe.log" 2>&1
   ncu -i "$out/prof.ncu-rep" --page details 2>>"$out/ncu_lepe.log" | grep -E "onepass_|Duration|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Dynamic Shared" | cut -c1-160
