@@ -97,19 +97,12 @@ bool residual_norm_fused_training() { return read_switch(g_residual_norm_train, 
 void set_residual_norm_fused_training(bool on) { g_residual_norm_train = on ? 1 : 0; }
 bool residual_norm_training_backward_fused() { return read_switch(g_residual_norm_train_bwd, "NALA_RESIDUAL_NORM_TRAIN_BWD", 1); }
 void set_residual_norm_training_backward_fused(bool on) { g_residual_norm_train_bwd = on ? 1 : 0; }
-bool split_heads_bias_sums(int64_t repeat) {
-  int v = g_split_heads_bias.load();
-  if (v < 0) {
-    v = switch_from_environment("NALA_SPLIT_HEADS_BIAS", 2);  // 2: unset, the plain split only
-    g_split_heads_bias = v;
-  }
-  return v == 1 || (v == 2 && repeat < 0);
-}
+bool split_heads_bias_sums() { return read_switch(g_split_heads_bias, "NALA_SPLIT_HEADS_BIAS", 1); }
 void set_split_heads_bias_sums(bool on) { g_split_heads_bias = on ? 1 : 0; }
 void reset_split_heads_bias_sums() { g_split_heads_bias = -1; }
 bool block_sums_fused() { return read_switch(g_block_sums, "NALA_BLOCK_SUMS_FUSED", 1); }
 void set_block_sums_fused(bool on) { g_block_sums = on ? 1 : 0; }
-bool gather_sum_grouped() { return read_switch(g_gather_sum_grouped, "NALA_GATHER_SUM_GROUPED", 0); }
+bool gather_sum_grouped() { return read_switch(g_gather_sum_grouped, "NALA_GATHER_SUM_GROUPED", 1); }
 void set_gather_sum_grouped(bool on) { g_gather_sum_grouped = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }

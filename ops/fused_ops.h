@@ -121,16 +121,16 @@ void set_residual_norm_fused_training(bool on);
 bool residual_norm_training_backward_fused();
 void set_residual_norm_training_backward_fused(bool on);
 // The attention blocks' qkv (qkvg) projection and its split into heads in training on CUDA:
-// NALA_SPLIT_HEADS_BIAS=1 runs them as one operation whose backward sums the projection's bias gradient
-// inside the gather of the heads' gradients (ops/split_heads.h linear_split_heads): the column sum's
-// own pass over the (B·N, 3D) gradient goes (151 MB a DiT-S/2 block at batch 256); with
+// NALA_SPLIT_HEADS_BIAS=1 (default) runs them as one operation whose backward sums the projection's bias
+// gradient inside the gather of the heads' gradients (ops/split_heads.h linear_split_heads): the column
+// sum's own pass over the (B·N, 3D) gradient goes (151 MB a DiT-S/2 block at batch 256); with
 // NALA_GEMM_BGRAD=1 too, that projection's bias gradient still comes from the gather (its weight
-// gradient from the plain GEMM). 0: the linear layer and the split apart. Unset (default): the one
-// operation for the plain split (softmax attention's qkv, repeat_part < 0) and the two apart for the
-// split with a repeated part (the gated NaLa block's qkvg, v twice), as measured on an H100
-// (2026-12-05, docs/benchmarks.md, thirty-second session): DiT-S/2's step 0.15 ms shorter with it,
-// NaLaDiT-S/2's 0.4 ms longer. Any other value is an error.
-bool split_heads_bias_sums(int64_t repeat_part);
+// gradient from the plain GEMM). 0: the linear layer and the split apart. Until the thirty-fifth session
+// the default ran the one operation for softmax's plain split only: the gated NaLa block's qkvg (v twice)
+// lost 0.4 ms with it until its gather's loads were grouped (NALA_GATHER_SUM_GROUPED below). With both on,
+// on an H100 in two runs (2026-12-05 and 2026-12-06, docs/benchmarks.md): DiT-S/2 34.4 -> 34.2 and
+// 34.5 -> 34.3 ms a step, NaLaDiT-S/2 44.8 -> 44.4 and 44.6 -> 44.2. Any other value is an error.
+bool split_heads_bias_sums();
 void set_split_heads_bias_sums(bool on);  // every split, or none
 void reset_split_heads_bias_sums();        // back to NALA_SPLIT_HEADS_BIAS's value (read at the next use)
 // The block backward kernels' per-sample vector gradients (dshift, dscale, dgate) are written as float32
@@ -144,11 +144,10 @@ void reset_split_heads_bias_sums();        // back to NALA_SPLIT_HEADS_BIAS's va
 bool block_sums_fused();
 void set_block_sums_fused(bool on);
 // The summing gather of NALA_SPLIT_HEADS_BIAS (ops/cuda/gather_heads.cu gather_heads_sum_kernel):
-// NALA_GATHER_SUM_GROUPED=1 issues each thread's four rows' loads as one group before their adds, where
-// the PTX of 0 (default) waits a memory latency a row for the repeated part's threads (the gated NaLa
+// NALA_GATHER_SUM_GROUPED=1 (default) issues each thread's four rows' loads as one group before their
+// adds, where the PTX of 0 waits a memory latency a row for the repeated part's threads (the gated NaLa
 // block's v: its two gradients' loads, then the add, then the next row's loads). The same values bit for
-// bit. Written in the thirty-second session after the gather lost 0.4 ms on NaLaDiT-S/2's repeated
-// split; off until a GPU has run BlockKernels.LinearSplitHeadsBiasFromTheGather with it and timed it
+// bit (BlockKernels.LinearSplitHeadsBiasFromTheGather runs both). Timed with the switch above
 // (scripts/device_steps/gather-sum.sh). Any other value is an error.
 bool gather_sum_grouped();
 void set_gather_sum_grouped(bool on);

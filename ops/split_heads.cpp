@@ -192,7 +192,7 @@ std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Ten
 int64_t split_heads_summing_gathers() { return summing_gathers.load(std::memory_order_relaxed); }
 
 std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part) {
-  if (x.dim() == 3 && split_heads_bias_sums(repeat_part) && linear_op_applies(x, m.weight, m.bias))
+  if (x.dim() == 3 && split_heads_bias_sums() && linear_op_applies(x, m.weight, m.bias))
     return linear_split_heads_op(x, m.weight, m.bias, parts, heads, repeat_part);  // P (+1) × (B, N, H, d)
   const at::Tensor y = linear(m, x);                                                   // (B, N, P·H·d)
   return split_heads(y.view({x.size(0), x.size(1), parts, heads, y.size(2) / (parts * heads)}), repeat_part);
