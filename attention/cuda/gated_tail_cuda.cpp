@@ -59,38 +59,6 @@ int ln_bwd_blocks() {
   return n;
 }
 
-std::atomic<int> g_lepe_wgrad_blocks{0};  // lepe_wgrad blocks an SM; 0: not read from NALA_LEPE_WGRAD_BLOCKS yet
-std::atomic<int> g_lepe_wgrad_warps{0};   // lepe_wgrad warps a block; 0: not read from NALA_LEPE_WGRAD_WARPS yet
-
-int lepe_wgrad_blocks() {
-  int n = g_lepe_wgrad_blocks.load();
-  if (n == 0) {
-    const char* v = std::getenv("NALA_LEPE_WGRAD_BLOCKS");
-    int from_env = lepe_wgrad_blocks_of(v ? v : "");
-    n = g_lepe_wgrad_blocks.compare_exchange_strong(n, from_env) ? from_env : n;  // as lepe_staged()
-  }
-  return n;
-}
-
-int lepe_wgrad_warps() {
-  int n = g_lepe_wgrad_warps.load();
-  if (n == 0) {
-    const char* v = std::getenv("NALA_LEPE_WGRAD_WARPS");
-    int from_env = lepe_wgrad_warps_of(v ? v : "");
-    n = g_lepe_wgrad_warps.compare_exchange_strong(n, from_env) ? from_env : n;
-  }
-  return n;
-}
-
-// A whole number lo..hi from an environment variable's value (fallback when empty), else an error naming it.
-int whole_number_of(const char* name, const std::string& v, int fallback, int lo, int hi, const char* what) {
-  if (v.empty()) return fallback;
-  const bool digits = v.size() <= 2 && v.find_first_not_of("0123456789") == std::string::npos;
-  const int n = digits ? std::stoi(v) : 0;
-  TORCH_CHECK(n >= lo && n <= hi, name, "='", v, "' is not ", what);
-  return n;
-}
-
 // sizes from v (B, N, D) and the head count; o's pointer is the forward's to set
 GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, int64_t heads, int64_t grid_h, int64_t grid_w) {
   GatedTailParams p;
@@ -111,8 +79,6 @@ GatedTailParams params_of(const at::Tensor& v, const at::Tensor& g, const at::Te
   p.sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   p.lepe_staged = lepe_staged();
   p.ln_bwd_blocks_per_sm = ln_bwd_blocks();
-  p.lepe_wgrad_blocks_per_sm = lepe_wgrad_blocks();
-  p.lepe_wgrad_warps = lepe_wgrad_warps();
   return p;
 }
 
@@ -137,24 +103,11 @@ void set_lepe_staged(int bits) {
 }
 
 int ln_gate_bwd_blocks_of(const std::string& v) {
-  return whole_number_of("NALA_LN_GATE_BWD_BLOCKS", v, 4, 1, 16, "a whole number of blocks an SM from 1 to 16");
-}
-
-int lepe_wgrad_blocks_of(const std::string& v) {
-  return whole_number_of("NALA_LEPE_WGRAD_BLOCKS", v, 8, 1, 16, "a whole number of blocks an SM from 1 to 16");
-}
-
-int lepe_wgrad_warps_of(const std::string& v) {
-  const int n = whole_number_of("NALA_LEPE_WGRAD_WARPS", v, 4, 4, 8, "4 or 8 warps a block");
-  TORCH_CHECK(n == 4 || n == 8, "NALA_LEPE_WGRAD_WARPS='", v, "' is not 4 or 8 warps a block");
+  if (v.empty()) return 4;
+  const bool digits = v.size() <= 2 && v.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::stoi(v) : 0;
+  TORCH_CHECK(n >= 1 && n <= 16, "NALA_LN_GATE_BWD_BLOCKS='", v, "' is not a whole number of blocks an SM from 1 to 16");
   return n;
-}
-
-void set_lepe_wgrad(int blocks_per_sm, int warps) {
-  TORCH_CHECK(blocks_per_sm >= 1 && blocks_per_sm <= 16, "set_lepe_wgrad: ", blocks_per_sm, " blocks an SM (1 to 16)");
-  TORCH_CHECK(warps == 4 || warps == 8, "set_lepe_wgrad: ", warps, " warps a block (4 or 8)");
-  g_lepe_wgrad_blocks = blocks_per_sm;
-  g_lepe_wgrad_warps = warps;
 }
 
 void set_ln_gate_bwd_blocks(int blocks_per_sm) {

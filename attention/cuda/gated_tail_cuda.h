@@ -25,15 +25,6 @@ void set_lepe_staged(int bits);
 int ln_gate_bwd_blocks_of(const std::string& value);
 void set_ln_gate_bwd_blocks(int blocks_per_sm);
 
-// LePE's weight-gradient kernel (lepe_wgrad): NALA_LEPE_WGRAD_BLOCKS 1–16 blocks an SM over the
-// channel chunks (8 by default; each block sums its tiles, the blocks' partial sums are added after),
-// NALA_LEPE_WGRAD_WARPS 4 (default) or 8 warps a block sharing each tile's staged window (8: a grid row
-// a warp, twice the warps an SM in the same shared memory). Read at the first call; any other value
-// is an error naming it. Both change the sums' order, so results change within rounding.
-int lepe_wgrad_blocks_of(const std::string& value);
-int lepe_wgrad_warps_of(const std::string& value);
-void set_lepe_wgrad(int blocks_per_sm, int warps);
-
 // o (B, H, N, d); v, g (B, N, D) with unit channel stride; bf16 or float32, all one dtype, which
 // is also the result's; LePE kernel size 0 (lepe_w undefined), 3, 5 or 7; d % 4 == 0, D ≤ 1536.
 bool gated_tail_supported(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, at::ScalarType out_dtype);

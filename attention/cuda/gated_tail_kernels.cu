@@ -7,8 +7,7 @@
 //                                           alone, to recompute y from u in a backward
 //   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
-//   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv (4 or 8 warps a block: p.lepe_wgrad_warps),
-//                                           sums per block in warp order
+//   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv, sums per block in warp order
 // No atomics: every sum runs in a fixed order, so results are bitwise repeatable.
 // With p.lepe_staged the forward's lepe_conv and lepe_wgrad also stage their tile's second input
 // (the residual o; du) in shared memory with the window, instead of a 4-byte global load a position.
@@ -76,12 +75,12 @@ int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p
 // one window, copies and compute overlap across the ≈ 4 blocks resident an SM): measured against
 // ≈ 3 blocks an SM walking tiles with double-buffered windows, the latter was slower (the tail's
 // forward 0.270 against 0.233 ms at B 256, N 256, D 384 on the H200, docs/benchmarks.md). The
-// weight gradient (whose partial sums are per block) takes about p.lepe_wgrad_blocks_per_sm blocks an
-// SM (8 by default) over the channel chunks, walking tiles double-buffered.
+// weight gradient (whose partial sums are per block) takes about 8 blocks an SM over the channel
+// chunks, walking tiles double-buffered.
 enum class LepeKernel { conv, wgrad };
 int64_t lepe_blocks(const GatedTailParams& p, int rows, LepeKernel k) {
   const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
-  const int64_t cap = k == LepeKernel::conv ? 65535 : std::max<int64_t>(1, ceil_div(int64_t(std::max(1, p.lepe_wgrad_blocks_per_sm)) * p.sms, chunks));
+  const int64_t cap = k == LepeKernel::conv ? 65535 : std::max<int64_t>(1, ceil_div(8 * p.sms, chunks));
   return std::max<int64_t>(1, std::min<int64_t>(tiles, cap));
 }
 // Rows (tokens) a ln_gate_bwd block walks: about p.ln_bwd_blocks_per_sm blocks an SM (4 by default).
@@ -142,13 +141,13 @@ struct TileSide {
 // (window[row][col][lane]), zeros outside the grid or past D, as one cp.async group. With a side
 // input, the same group also copies its ROWS × kStrip positions of tile s to
 // window + TileRows::elems (side[row][col][lane], zeros outside the grid or past D).
-template <typename T, int KS, int ROWS, int WARPS>
+template <typename T, int KS, int ROWS>
 __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, const TilePos& s,
                                              PairT<T>* window, const TileSide<T>& side) {
   constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = TileRows<T, KS>::window_rows;
   static_assert(ROWS == TileRows<T, KS>::rows, "the side tile's size (TileRows::side_elems) assumes the tile's rows");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int pos = warp; pos < WROWS * COLS; pos += WARPS) {
+  for (int pos = warp; pos < WROWS * COLS; pos += kWarps) {
     const int r = pos / COLS, col = pos - r * COLS;
     const int yy = s.y0 + r - R, xx = s.x0 + col - R;
     const bool valid = active && yy >= 0 && yy < p.grid_h && xx >= 0 && xx < p.grid_w;
@@ -157,7 +156,7 @@ __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* 
   }
   if (side.base) {
     PairT<T>* tile = window + TileRows<T, KS>::elems;
-    for (int pos = warp; pos < ROWS * kStrip; pos += WARPS) {
+    for (int pos = warp; pos < ROWS * kStrip; pos += kWarps) {
       const int r = pos / kStrip, col = pos - r * kStrip;
       const int yy = s.y0 + r, xx = s.x0 + col;
       const bool valid = active && yy < p.grid_h && xx < p.grid_w;
@@ -173,7 +172,7 @@ __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* 
 // set) staged and visible to the whole block. With two buffers (buffers == 2) the next tile's
 // copies run while body works on this one. Ends with a block barrier after the last body, so the
 // caller may reuse the window memory.
-template <typename T, int KS, int ROWS, int WARPS, typename Body>
+template <typename T, int KS, int ROWS, typename Body>
 __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, int buffers,
                                               PairT<T>* window, const TileSide<T>& side, Body&& body) {
   const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
@@ -181,12 +180,12 @@ __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T*
   const int stride = buffers == 2 ? TileRows<T, KS>::elems + (side.base ? TileRows<T, KS>::side_elems : 0) : 0;
   int cur = 0;
   int64_t ti = blockIdx.y;
-  if (ti < tiles) stage_window<T, KS, ROWS, WARPS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window, side);
+  if (ti < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window, side);
   for (; ti < tiles; ti += gridDim.y) {
     const int64_t next = ti + gridDim.y;
     const bool ahead = buffers == 2 && next < tiles;
     if (ahead) {
-      stage_window<T, KS, ROWS, WARPS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride, side);
+      stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride, side);
       cp_async_wait<1>();  // this tile's group is done, the next one's may run on
     } else {
       cp_async_wait<0>();
@@ -195,7 +194,7 @@ __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T*
     body(tile_pos(p, ti, ROWS), static_cast<const PairT<T>*>(window + cur * stride));
     __syncthreads();  // the window is read before it is refilled
     if (buffers == 2) cur ^= 1;
-    else if (next < tiles) stage_window<T, KS, ROWS, WARPS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window, side);
+    else if (next < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window, side);
   }
 }
 
@@ -275,7 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
     }
   };
   if constexpr (KS > 0) {
-    for_each_tile<T, KS, ROWS, kWarps>(p, ib, in.sb, in.sn, active, buffers, window, side, rows_of);
+    for_each_tile<T, KS, ROWS>(p, ib, in.sb, in.sn, active, buffers, window, side, rows_of);
   } else {  // no convolution: u = o + b, no window
     const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
     for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) rows_of(tile_pos(p, ti, ROWS), window);
@@ -419,8 +418,8 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
 // kStrip du values in registers, the forward's (tap, output) pairs. Sums per lane over the block's
 // tiles and rows, then per block in warp order. STAGED: du's tile copied to shared memory with the
 // window (double-buffered with it); else loaded from global memory at each row's start.
-template <typename T, int KS, bool STAGED, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part,
+template <typename T, int KS, bool STAGED>
+__global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part,
                                                           int buffers) {
   constexpr int TAPS = KS * KS, ROWS = TileRows<T, KS>::rows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -436,8 +435,8 @@ __global__ void __launch_bounds__(WARPS * 32) lepe_wgrad(const GatedTailParams p
   const T* vb = lane_base<T>(v, ch, p.d);
   TileSide<T> side;
   if (STAGED) side = {gb, du.sb, du.sn};
-  for_each_tile<T, KS, ROWS, WARPS>(p, vb, v.sb, v.sn, active, buffers, window, side, [&](const TilePos& s, const PairT<T>* win) {
-    for (int r = warp; r < ROWS; r += WARPS) {
+  for_each_tile<T, KS, ROWS>(p, vb, v.sb, v.sn, active, buffers, window, side, [&](const TilePos& s, const PairT<T>* win) {
+    for (int r = warp; r < ROWS; r += kWarps) {
       const int y = s.y0 + r;
       if (y >= p.grid_h || !active) continue;
       const int64_t n0 = int64_t(y) * p.grid_w + s.x0;
@@ -464,9 +463,9 @@ __global__ void __launch_bounds__(WARPS * 32) lepe_wgrad(const GatedTailParams p
       });
     }
   });
-  // the warps' sums, added in warp order (WARPS − 1 + … + 1, then + 0) through the window's memory
+  // the warps' sums, added in warp order (3 + 2 + 1, then + 0) through the window's memory
   float* red = reinterpret_cast<float*>(smem_raw);  // (TAPS + 1, 64) floats ≤ the window's size
-  for (int w = WARPS - 1; w > 0; --w) {
+  for (int w = kWarps - 1; w > 0; --w) {
     __syncthreads();
     if (warp == w)
 #pragma unroll
@@ -530,14 +529,14 @@ Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.
 // the windows' dynamic shared memory (opted in above 48 KB): one window when every block has one
 // tile or one_buffer is asked for, else two (the next one copied in while this one is computed);
 // each with its side input's tile where the kernel stages one.
-template <typename T, int KS, bool STAGED, int WARPS = kWarps, typename Kernel, typename... Args>
+template <typename T, int KS, bool STAGED, typename Kernel, typename... Args>
 void launch_lepe(Kernel kernel, bool one_buffer, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
   const int64_t tiles = p.B * tiles_per_sample(p, TileRows<T, KS>::rows);
   const int buffers = tiles > int64_t(grid.y) && !one_buffer ? 2 : 1;
   const size_t per_buffer = TileRows<T, KS>::elems + (STAGED ? TileRows<T, KS>::side_elems : 0);
   const size_t smem = KS > 0 ? size_t(buffers) * per_buffer * sizeof(PairT<T>) : 0;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  kernel<<<grid, WARPS * 32, smem, st>>>(args..., buffers);
+  kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers);
 }
 
 template <typename T>
@@ -587,16 +586,10 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
         check_launch("lepe_conv (backward)");
       }
       const dim3 wgrid(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad)));
-      auto wgrad = [&](auto warps) {  // std::integral_constant: 4 or 8 warps a block (p.lepe_wgrad_warps)
-        constexpr int W = warps();
-        if (p.lepe_staged & kStageDu)
-          launch_lepe<T, K, true, W>(lepe_wgrad<T, K, true, W>, (p.lepe_staged & kStageOneBuffer) != 0, p, wgrid, st, p, du_of(p, du), v_of(p),
-                                     lepe_part);
-        else
-          launch_lepe<T, K, false, W>(lepe_wgrad<T, K, false, W>, false, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
-      };
-      if (p.lepe_wgrad_warps == 8) wgrad(std::integral_constant<int, 8>{});
-      else wgrad(std::integral_constant<int, 4>{});
+      if (p.lepe_staged & kStageDu)
+        launch_lepe<T, K, true>(lepe_wgrad<T, K, true>, (p.lepe_staged & kStageOneBuffer) != 0, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
+      else
+        launch_lepe<T, K, false>(lepe_wgrad<T, K, false>, false, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
       check_launch("lepe_wgrad");
     }
   });

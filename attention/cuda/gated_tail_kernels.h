@@ -34,8 +34,6 @@ struct GatedTailParams {
   int sms = 132;  // multiprocessors: sets the grids' token chunks
   int lepe_staged = 0;  // kStage* bits: second inputs staged in shared memory with LePE's windows
   int ln_bwd_blocks_per_sm = 4;  // ln_gate_bwd's grid: about this many blocks an SM
-  int lepe_wgrad_blocks_per_sm = 8;  // lepe_wgrad's grid: about this many blocks an SM over the channel chunks
-  int lepe_wgrad_warps = 4;          // lepe_wgrad's block: 4 or 8 warps sharing a tile's window (a row each with 8)
 };
 
 // GatedTailParams::lepe_staged: the forward lepe_conv's residual o (kStageResidual) and lepe_wgrad's

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The gated tail's kernel switches against the defaults, one binary, same run: LePE's second inputs
-# staged in shared memory (NALA_LEPE_STAGED), ln_gate_bwd's blocks an SM (NALA_LN_GATE_BWD_BLOCKS),
-# lepe_wgrad's grid and block (NALA_LEPE_WGRAD_BLOCKS, NALA_LEPE_WGRAD_WARPS; attention/cuda/gated_tail_cuda.h), each through the tail alone at
+# staged in shared memory (NALA_LEPE_STAGED) and ln_gate_bwd's blocks an SM
+# (NALA_LN_GATE_BWD_BLOCKS; attention/cuda/gated_tail_cuda.h), each through the tail alone at
 # NaLaDiT-S/2's shape (`nala bench tail`, B 256, 16 × 16 tokens, D 384, LePE 5) and NaLaDiT-S/2
 # training (batch 256, 256 px, CUDA graphs); DiT-S/2 once as the yardstick. First the GatedTail
 # CUDA tests, which check every variant against the default and float64. TAIL_VARIANTS overrides
