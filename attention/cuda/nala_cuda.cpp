@@ -122,6 +122,11 @@ EnvChoice<OnePassBackwardState> g_backward_state{
     "NALA_ONEPASS_BWD_STATE", {{"auto", OnePassBackwardState::Auto}, {"hilo", OnePassBackwardState::HiLo}, {"bf16", OnePassBackwardState::Bf16}}, {}};
 OnePassBackwardState current_backward_state() { return g_backward_state.get(); }
 
+// NALA_ONEPASS_RANKS=auto (default) | 1 | 2 | 4 | 8: the one-pass kernels' ranks per (batch, head),
+// at most one a tile; auto is onepass_split's rule. For timing the split (a cluster of more ranks: more
+// CTAs, fewer tiles each, a cluster barrier and a distributed-shared-memory sum of the state).
+EnvChoice<int> g_onepass_ranks{"NALA_ONEPASS_RANKS", {{"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, {}};
+
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
 // GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
 // even 8 ranks would leave SMs idle: the chunked kernels split long sequences further.
@@ -130,6 +135,7 @@ bool onepass_split(int N, int BH, int& ranks, int& per_rank) {
   const int tiles = (N + cuda::kOnePassTile - 1) / cuda::kOnePassTile;
   ranks = 1;
   while (ranks < 8 && ranks < tiles && int64_t(BH) * ranks < 4 * sms) ranks *= 2;
+  if (const int forced = g_onepass_ranks.get(); forced > 0) ranks = std::min(forced, tiles);
   per_rank = ((N + ranks - 1) / ranks + cuda::kOnePassTile - 1) / cuda::kOnePassTile * cuda::kOnePassTile;
   ranks = (N + per_rank - 1) / per_rank;
   return int64_t(BH) * ranks >= 2 * sms;
