@@ -25,7 +25,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 std::atomic<int> g_lepe_in_attention{-1};  // −1: not read from NALA_LEPE_IN_ATTENTION yet
-std::atomic<int64_t> g_lepe_in_attention_runs{0}, g_lepe_in_attention_backward_runs{0};
+std::atomic<int64_t> g_lepe_in_attention_runs{0}, g_lepe_in_attention_backward_runs{0}, g_qkvg_grads_in_place_runs{0};
 
 at::ScalarType compute_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
@@ -139,14 +139,15 @@ bool tail_backward_kernels(int64_t heads, const at::Tensor& v, const at::Tensor&
 // attention's backward to add (nala_mixer).
 Grads tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                     const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd,
-                    int64_t gh, int64_t gw, bool lepe_dv = true) {
+                    int64_t gh, int64_t gw, bool lepe_dv = true, const at::Tensor& dg_out = {}) {
 #ifdef NALA_WITH_CUDA
   if (tail_backward_kernels(heads, v, g, lepe_w, u, mean)) {
-    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv);
+    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv, dg_out);
     return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};
   }
 #endif
-  TORCH_CHECK(lepe_dv, "gated_tail: LePE's input gradient can be left to the attention only where the tail's kernels run");
+  TORCH_CHECK(lepe_dv && !dg_out.defined(), "gated_tail: LePE's input gradient can be left to the attention, and ∂L/∂g written in place, ",
+              "only where the tail's kernels run");
   return backward_aten(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
 }
 
@@ -342,6 +343,23 @@ struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn
 // then the attention's with ∂L/∂o = ∂L/∂u (u = o + LePE(v_tok) + b); with lepe_kernels = 2, where the
 // one-pass backward takes it, LePE's ∂L/∂v_tok is added to ∂L/∂v inside the attention's backward and
 // v_tok's gradient is undefined (v and v_tok are views of one tensor: the sum autograd would form).
+// Where q, k, v (B, H, N, d) and g (B, N, H·d) are the four parts of one (B, N, 4, H, d) tensor in that
+// order (the gated block's qkvg projection output, split by ops/split_heads.h): a new tensor of that
+// layout, empty, whose parts take their gradients (NALA_QKVG_GRADS_IN_PLACE); else undefined.
+at::Tensor qkvg_gradient_buffer(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g) {
+  if (q.dim() != 4 || g.dim() != 3) return at::Tensor();
+  const int64_t B = q.size(0), H = q.size(1), N = q.size(2), d = q.size(3), row = 4 * H * d;
+  const std::vector<int64_t> strides{N * row, d, row, 1};
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (t->sizes() != q.sizes() || t->strides() != c10::IntArrayRef(strides) || t->scalar_type() != q.scalar_type()) return at::Tensor();
+  if (g.sizes() != c10::IntArrayRef({B, N, H * d}) || g.strides() != c10::IntArrayRef({N * row, row, 1}) || g.scalar_type() != q.scalar_type())
+    return at::Tensor();
+  const auto* base = static_cast<const char*>(q.data_ptr());
+  const int64_t part = H * d * q.element_size();
+  if (k.data_ptr() != base + part || v.data_ptr() != base + 2 * part || g.data_ptr() != base + 3 * part) return at::Tensor();
+  return at::empty({B, N, 4, H, d}, q.options());  // (B, N, 4, H, d)
+}
+
 struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok,
                             const at::Tensor& g, const at::Tensor& lepe_w_in, const at::Tensor& lepe_b_in, const at::Tensor& norm_w,
@@ -391,13 +409,23 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     const NalaOptions opt = saved_nala_options(ctx, "nala_");
     const int64_t heads = ctx->saved_data["heads"].toInt(), gh = ctx->saved_data["grid_h"].toInt(), gw = ctx->saved_data["grid_w"].toInt();
     const bool lepe_bwd = ctx->saved_data["lepe_bwd"].toBool();
+    // with lepe_bwd and NALA_QKVG_GRADS_IN_PLACE, the four gradients written into one buffer in qkvg's
+    // layout (ops/fused_ops.h), so that the split's backward has nothing to gather
+    const at::Tensor whole = lepe_bwd && ops::qkvg_grads_in_place() ? qkvg_gradient_buffer(q, k, v, g) : at::Tensor();  // (B, N, 4, H, d)
+    auto part = [&](int64_t i) { return whole.select(2, i).transpose(1, 2); };  // (B, H, N, d) view
     // ∂L/∂u as t.o (B, H, N, d); with lepe_bwd LePE's ∂L/∂v is the attention backward's to add (t.v undefined)
-    Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw, !lepe_bwd);
+    Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw, !lepe_bwd,
+                            whole.defined() ? whole.select(2, 3).reshape(g.sizes()) : at::Tensor());
     const NalaForward state{at::Tensor(), sv[3], sv[4], sv[5]};
     at::Tensor dq, dk, dv;  // (B, H, N, d) ×3
 #ifdef NALA_WITH_CUDA
     if (lepe_bwd) {
-      std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw);
+      if (whole.defined()) {
+        std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2));
+        ++g_qkvg_grads_in_place_runs;
+      } else {
+        std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw);
+      }
       ++g_lepe_in_attention_backward_runs;
     }
 #endif
@@ -532,6 +560,7 @@ void set_lepe_in_attention(int kernels) {
 void reset_lepe_in_attention() { g_lepe_in_attention = -1; }
 int64_t lepe_in_attention_runs() { return g_lepe_in_attention_runs.load(); }
 int64_t lepe_in_attention_backward_runs() { return g_lepe_in_attention_backward_runs.load(); }
+int64_t qkvg_grads_in_place_runs() { return g_qkvg_grads_in_place_runs.load(); }
 
 at::Tensor gated_tail(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,
                       const at::Tensor& norm_w, const at::Tensor& norm_b, int64_t grid_h, int64_t grid_w, double eps) {

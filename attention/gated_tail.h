@@ -85,6 +85,8 @@ void reset_lepe_in_attention();  // back to the environment's value (read at the
 // How many nala_mixer forwards (backwards) ran the attention kernel with LePE inside (tests: the path was taken).
 int64_t lepe_in_attention_runs();
 int64_t lepe_in_attention_backward_runs();
+// How many of those backwards wrote the qkvg gradients in place (NALA_QKVG_GRADS_IN_PLACE: ops/fused_ops.h).
+int64_t qkvg_grads_in_place_runs();
 
 // The plain composition (the reference path): transpose o, conv2d, add, layer_norm, silu, multiply.
 at::Tensor gated_tail_reference(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w, const at::Tensor& lepe_b,

@@ -151,6 +151,16 @@ void set_block_sums_fused(bool on);
 // (scripts/device_steps/gather-sum.sh). Any other value is an error.
 bool gather_sum_grouped();
 void set_gather_sum_grouped(bool on);
+// The gated NaLa block's backward on CUDA with LePE in the attention kernels (attention/gated_tail.h
+// nala_mixer): NALA_QKVG_GRADS_IN_PLACE=1 has the one-pass attention backward write ∂L/∂q, ∂L/∂k, ∂L/∂v
+// and the LayerNorm-gate kernel ∂L/∂g straight into one (B, N, 4, H, d) buffer in the qkvg projection's
+// layout, returned as views; the split's backward (ops/split_heads.h) sees the parts already assembled
+// and skips its gather (a read and a write of the whole gradient: ≈ 145 µs a NaLaDiT-S/2 block at batch
+// 256 on an H100), summing the bias gradient with the column sum instead. The same values; the bias
+// gradient is the same float32 sum in another order. 0 (default until a GPU has timed it): the gather.
+// Any other value is an error.
+bool qkvg_grads_in_place();
+void set_qkvg_grads_in_place(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
 // cp.async, the block's samples' gate, shift and scale converted to float there once
 // (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1

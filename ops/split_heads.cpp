@@ -24,6 +24,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
 std::atomic<int64_t> summing_gathers{0};
+std::atomic<int64_t> assembled_backwards{0};
 
 #ifdef NALA_WITH_CUDA
 // The gather kernel's parameters for grads (the P parts' gradients, then (repeat ≥ 0) the repeated
@@ -104,6 +105,26 @@ void gather_grads(const tensor_list& grads, int64_t repeat, const at::Tensor& ds
   }
 }
 
+// The P parts' gradients as one (B, N, P, H, d) tensor when a consumer already wrote them so (views of
+// one buffer in the projection's layout: attention/gated_tail.h nala_mixer with NALA_QKVG_GRADS_IN_PLACE),
+// none for the repeated part's second view; else undefined (the gather assembles them).
+at::Tensor assembled_parts(const tensor_list& grads, int64_t repeat, const std::vector<int64_t>& sizes, at::ScalarType dtype) {
+  const int64_t B = sizes[0], N = sizes[1], P = sizes[2], H = sizes[3], d = sizes[4], row = P * H * d;
+  if (repeat >= 0 && grads[size_t(P)].defined()) return at::Tensor();
+  const at::Tensor& g0 = grads[0];
+  if (!g0.defined() || g0.scalar_type() != dtype || g0.dim() != 4) return at::Tensor();
+  const std::vector<int64_t> part_sizes{B, N, H, d}, part_strides{N * row, row, d, 1};
+  const int64_t es = g0.element_size();
+  for (int64_t i = 0; i < P; ++i) {
+    const at::Tensor& g = grads[size_t(i)];
+    if (!g.defined() || g.scalar_type() != dtype || g.sizes() != c10::IntArrayRef(part_sizes) || g.strides() != c10::IntArrayRef(part_strides) ||
+        !g.storage().is_alias_of(g0.storage()) || g.storage_offset() != g0.storage_offset() + i * H * d)
+      return at::Tensor();
+  }
+  if (size_t((g0.storage_offset() + B * N * row) * es) > g0.storage().nbytes()) return at::Tensor();
+  return g0.as_strided({B, N, P, H, d}, {N * row, row, H * d, d, 1}, g0.storage_offset());  // (B, N, P, H, d), no copy
+}
+
 // t (B, N, P, H, d) as P views (B, N, H, d), and the repeated part's second view
 tensor_list part_views(const at::Tensor& t, int64_t repeat) {
   tensor_list parts = t.unbind(2);                        // P × (B, N, H, d) views
@@ -130,8 +151,15 @@ struct SplitHeadsFn : torch::autograd::Function<SplitHeadsFn> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const at::Tensor ref = any_defined(grads);
     if (!ref.defined()) return {at::Tensor(), at::Tensor()};
-    at::Tensor dt = at::empty(ctx->saved_data["sizes"].toIntVector(), ref.options().dtype(at::ScalarType(ctx->saved_data["dtype"].toInt())));  // (B, N, P, H, d)
-    gather_grads(grads, ctx->saved_data["repeat"].toInt(), dt, nullptr);
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    const auto dtype = at::ScalarType(ctx->saved_data["dtype"].toInt());
+    const int64_t repeat = ctx->saved_data["repeat"].toInt();
+    if (at::Tensor whole = assembled_parts(grads, repeat, sizes, dtype); whole.defined()) {
+      assembled_backwards.fetch_add(1, std::memory_order_relaxed);
+      return {whole, at::Tensor()};
+    }
+    at::Tensor dt = at::empty(sizes, ref.options().dtype(dtype));  // (B, N, P, H, d)
+    gather_grads(grads, repeat, dt, nullptr);
     return {dt, at::Tensor()};
   }
 };
@@ -159,9 +187,16 @@ struct LinearSplitHeadsFn : torch::autograd::Function<LinearSplitHeadsFn> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1];
     const auto b_dtype = at::ScalarType(ctx->saved_data["b_dtype"].toInt());
-    at::Tensor dt = at::empty(ctx->saved_data["sizes"].toIntVector(), ref.options().dtype(w.scalar_type()));  // (B, N, P, H, d)
-    at::Tensor db;                                                                                       // (P·H·d) float32
-    gather_grads(grads, ctx->saved_data["repeat"].toInt(), dt, ctx->needs_input_grad(2) ? &db : nullptr);
+    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
+    const int64_t repeat = ctx->saved_data["repeat"].toInt();
+    at::Tensor dt = assembled_parts(grads, repeat, sizes, w.scalar_type());  // (B, N, P, H, d)
+    at::Tensor db;                                                           // (P·H·d) float32
+    if (dt.defined()) {  // already in the projection's layout: the bias gradient from the column sum below
+      assembled_backwards.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      dt = at::empty(sizes, ref.options().dtype(w.scalar_type()));
+      gather_grads(grads, repeat, dt, ctx->needs_input_grad(2) ? &db : nullptr);
+    }
     const at::Tensor dt2 = dt.view({-1, w.size(0)});                                                     // (R, P·H·d)
     if (ctx->needs_input_grad(2) && !db.defined()) db = column_sum(dt2);
     const LinearGrads d = linear_grads(dt2, x.reshape({-1, w.size(1)}), w, b_dtype, ctx->needs_input_grad(0), ctx->needs_input_grad(1), false);
@@ -190,6 +225,7 @@ std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Ten
 }
 
 int64_t split_heads_summing_gathers() { return summing_gathers.load(std::memory_order_relaxed); }
+int64_t split_heads_assembled_backwards() { return assembled_backwards.load(std::memory_order_relaxed); }
 
 std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part) {
   if (x.dim() == 3 && split_heads_bias_sums() && linear_op_applies(x, m.weight, m.bias))

@@ -20,7 +20,7 @@ std::vector<at::Tensor> split_heads(const at::Tensor& t, int64_t repeat_part = -
 
 // split_heads of a projection's output x Wᵀ + b viewed as (B, N, P, H, d) (x (B, N, D); m the
 // projection, whose registered parameters it reads). Training on CUDA with NALA_SPLIT_HEADS_BIAS's
-// setting (ops/fused_ops.h: by default for repeat_part < 0) it is one autograd operation (linear_split_heads_op) whose backward gathers the parts'
+// setting (ops/fused_ops.h: on by default) it is one autograd operation (linear_split_heads_op) whose backward gathers the parts'
 // gradients and sums the bias gradient in the same pass (ops/cuda/gather_heads.h launch_gather_heads_sum);
 // otherwise ops::linear then split_heads. The same parts either way; the bias gradient within float32
 // rounding of the column sum's (summed in another order).
@@ -29,6 +29,10 @@ std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const
 // on the CPU the bias gradient is the column sum of the gathered gradient). b must be defined.
 // how many backward passes have summed the bias gradient in the gather kernel so far (tests: that it ran)
 int64_t split_heads_summing_gathers();
+// Backward passes (of either op above) that found the parts' gradients already in the projection's
+// layout, views of one (B, N, P, H, d) buffer (NALA_QKVG_GRADS_IN_PLACE: ops/fused_ops.h), and took that
+// buffer as it is instead of gathering (no repeated part's second gradient among them).
+int64_t split_heads_assembled_backwards();
 std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t parts, int64_t heads,
                                               int64_t repeat_part = -1);
 

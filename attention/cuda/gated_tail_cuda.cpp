@@ -194,7 +194,7 @@ at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tens
 
 GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
-                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv) {
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv, const at::Tensor& dg_out) {
   const c10::cuda::CUDAGuard guard(v.device());
   GatedTailParams p = params_of(v, g, lepe_w, heads, grid_h, grid_w);
   at::Tensor dy = dy_in.to(v.scalar_type()).contiguous();  // (B, N, D)
@@ -215,7 +215,17 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
   const auto f = v.options().dtype(at::kFloat);
   GatedTailGrads r;
   r.o = at::empty({p.B, p.H, p.N, p.d}, v.options());  // (B, H, N, d)
-  r.g = at::empty({p.B, p.N, p.D}, v.options());       // (B, N, D)
+  if (dg_out.defined()) {
+    TORCH_CHECK(dg_out.dim() == 3 && dg_out.size(0) == p.B && dg_out.size(1) == p.N && dg_out.size(2) == p.D && dg_out.scalar_type() == v.scalar_type() &&
+                    dg_out.device() == v.device() && dg_out.stride(2) == 1 && dg_out.stride(1) % 4 == 0 && dg_out.stride(1) >= p.D &&
+                    dg_out.stride(0) == p.N * dg_out.stride(1) && aligned4(dg_out),
+                "gated_tail backward: dg_out must be (", p.B, ", ", p.N, ", ", p.D, ") ", v.scalar_type(), " with rows of unit stride, ",
+                "a multiple of 4 elements apart; got ", dg_out.sizes(), " ", dg_out.scalar_type(), " strides ", dg_out.strides());
+    r.g = dg_out;
+    p.dg_row_stride = dg_out.stride(1);
+  } else {
+    r.g = at::empty({p.B, p.N, p.D}, v.options());  // (B, N, D)
+  }
   at::Tensor norm_part = at::empty({ln_gate_backward_chunks(p), 2, p.D}, f), lepe_part;  // (chunks, 2, D)
   if (p.ks > 0) {
     if (lepe_dv) r.v = at::empty({p.B, p.N, p.D}, v.options());                           // (B, N, D)

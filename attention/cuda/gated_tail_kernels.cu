@@ -347,6 +347,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
     store4(sw + c, z);
     store4(sb + c, z);
   }
+  const int64_t dg_stride = p.dg_row_stride > 0 ? p.dg_row_stride : p.D;  // dg's rows
   const int64_t rows = p.B * p.N, begin = int64_t(blockIdx.x) * rows_per_block;
   const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
   for (int64_t row = begin + warp; row < end; row += kWarps) {
@@ -386,7 +387,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
           se += e[j][k];
           sex += e[j][k] * xh[j][k];
         }
-        store4(dg + row * p.D + c, dgv);
+        store4(dg + row * dg_stride + c, dgv);
         store4(sw + c, aw);
         store4(sb + c, ab);
       }

@@ -34,6 +34,7 @@ struct GatedTailParams {
   int sms = 132;  // multiprocessors: sets the grids' token chunks
   int lepe_staged = 0;  // kStage* bits: second inputs staged in shared memory with LePE's windows
   int ln_bwd_blocks_per_sm = 4;  // ln_gate_bwd's grid: about this many blocks an SM
+  int64_t dg_row_stride = 0;     // elements from one token's row of dg to the next; 0: D (contiguous)
 };
 
 // GatedTailParams::lepe_staged: the forward lepe_conv's residual o (kStageResidual) and lepe_wgrad's
@@ -57,7 +58,7 @@ void launch_gated_tail_forward(const GatedTailParams& p, void* u, void* y, float
 // mean, rstd (B·N) float32 written where not null).
 void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, float* mean, float* rstd, void* stream);
 
-// dy (B, N, D) contiguous. Writes dg (B, N, D) contiguous, du (see above), dv (B, N, D) contiguous
+// dy (B, N, D) contiguous. Writes dg (B, N, D) (rows p.dg_row_stride apart, contiguous by default), du (see above), dv (B, N, D) contiguous
 // (the LePE part of ∂L/∂v; not written when ks = 0 or dv is null), and the partial sums over token chunks:
 // norm_part (ln_gate_backward_chunks, 2, D) = [Σ ∂L/∂norm_w, Σ ∂L/∂norm_b], lepe_part
 // (lepe_backward_chunks, ks·ks + 1, D) = [Σ ∂L/∂w per tap, Σ ∂L/∂lepe_b] (not written when ks = 0).

@@ -238,8 +238,19 @@ NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, co
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o_in, const NalaOptions& opt, const at::Tensor& lepe_w,
-                                                                   int64_t grid_h, int64_t grid_w) {
+                                                                   int64_t grid_h, int64_t grid_w, const at::Tensor& dq_out, const at::Tensor& dk_out,
+                                                                   const at::Tensor& dv_out) {
   const c10::cuda::CUDAGuard guard(q_in.device());
+  const bool outs = dq_out.defined();
+  TORCH_CHECK(outs == dk_out.defined() && outs == dv_out.defined(), "nala_backward_cuda: give dq_out, dk_out and dv_out together or none");
+  if (outs)
+    for (const at::Tensor* t : {&dq_out, &dk_out, &dv_out}) {
+      TORCH_CHECK(t->sizes() == q_in.sizes() && t->scalar_type() == q_in.scalar_type() && t->device() == q_in.device() && t->stride(3) == 1 &&
+                      t->strides() == dq_out.strides() && aligned16(*t),
+                  "nala_backward_cuda: the gradients' outputs must be ", q_in.sizes(), " ", q_in.scalar_type(), " on ", q_in.device(),
+                  " with one set of strides, unit along d and 16-byte aligned rows; got ", t->sizes(), " ", t->scalar_type(), " strides ",
+                  t->strides());
+    }
   at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   at::Tensor go = rows_contiguous(grad_o_in.to(q.scalar_type()));
   cuda::NalaKernelParams p = base_params(q, k, v, opt);
@@ -258,11 +269,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
     const OnePassBackwardState state = current_backward_state();
     p.state_lo = state == OnePassBackwardState::HiLo ||
                  (state == OnePassBackwardState::Auto && !cuda::onepass_bf16_state_adds_a_block(p.D, feat));
-    at::Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(q.sizes(), q.options()), dv = at::empty(q.sizes(), q.options());
+    at::Tensor dq = outs ? dq_out : at::empty(q.sizes(), q.options()), dk = outs ? dk_out : at::empty(q.sizes(), q.options()),
+               dv = outs ? dv_out : at::empty(q.sizes(), q.options());  // (B, H, N, d) ×3
     poison({dq, dk, dv});
     p.dq = dq.data_ptr();
     p.dk = dk.data_ptr();
     p.dv = dv.data_ptr();
+    for (int i = 0; i < 3; ++i) p.grad_stride[i] = dq.stride(i);
     at::Tensor wt_reversed;  // (ks², D): LePE's taps reversed (the transposed convolution)
     if (lepe_w.defined()) {
       const int ks = int(lepe_w.size(-1)), Dm = p.H * p.D;
@@ -299,7 +312,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   p.dk = dk.data_ptr();
   p.dv = dv.data_ptr();
   cuda::launch_nala_backward(p, at::cuda::getCurrentCUDAStream().stream());
-  return {dq, dk, dv};
+  if (!outs) return {dq, dk, dv};
+  dq_out.copy_(dq);
+  dk_out.copy_(dk);
+  dv_out.copy_(dv);
+  return {dq_out, dk_out, dv_out};
 }
 
 bool nala_lepe_backward_takes(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt, int64_t ks,

@@ -18,11 +18,15 @@ NalaForward nala_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at
 // With lepe_w (H·d, 1, ks, ks) defined, dv also gets LePE's part, the transposed convolution of grad_o
 // (= ∂L/∂u of u = o + LePE(v) + b) over the grid_h × grid_w grid, added inside the one-pass backward as
 // the tail's own kernel and the gradients' gather would (bit for bit): only where
-// nala_lepe_backward_takes says so (else an error).
+// nala_lepe_backward_takes says so (else an error). dq_out, dk_out, dv_out (all three or none): where
+// the gradients go, (B, H, N, d) bf16 views with one set of strides, unit along d, 16-byte aligned rows
+// (the gated block's qkvg layout: nala_mixer with NALA_QKVG_GRADS_IN_PLACE); the one-pass backward writes
+// them in place, the chunked kernels into their own tensors, copied there. They are what it returns.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o, const NalaOptions& opt, const at::Tensor& lepe_w = {},
-                                                                   int64_t grid_h = 0, int64_t grid_w = 0);
+                                                                   int64_t grid_h = 0, int64_t grid_w = 0, const at::Tensor& dq_out = {},
+                                                                   const at::Tensor& dk_out = {}, const at::Tensor& dv_out = {});
 // Whether the one-pass backward takes LePE's dv for these q, k, v (bf16, d 64 / 72, the one-pass
 // kernel's rule, LePE 3 or 5, the window of ∂L/∂u in the φ tile's memory).
 bool nala_lepe_backward_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, int64_t ks, int64_t grid_h,

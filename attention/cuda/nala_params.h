@@ -29,6 +29,10 @@ struct NalaKernelParams {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
+  // the one-pass backward's dq, dk, dv: strides (b, h, n), unit along D, the same for all three (rows 16-byte
+  // aligned); the host sets them, (H·N·D, N·D, D) when they are contiguous (B, H, N, D). The chunked
+  // kernels write contiguous outputs and do not read them.
+  int64_t grad_stride[3] = {0, 0, 0};
   float* S = nullptr;
   float* z = nullptr;
   float* den = nullptr;

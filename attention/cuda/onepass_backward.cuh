@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     }
     __syncthreads();
     accumulate_state<D, FEAT>(acc, phi, gs);
-    token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, static_cast<T*>(P.dq) + (int64_t(bh) * P.N + t0 + my_t) * D);
+    token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t));
     __syncthreads();
     fq = fq_next;
     fg = fg_next;
@@ -252,8 +252,8 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();
     if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, taps, gs, b, h, t0, min(TILE, end - t0));
-    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.dv), gs, int64_t(bh) * P.N + t0, end - t0);
-    token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, static_cast<T*>(P.dk) + (int64_t(bh) * P.N + t0 + my_t) * D);
+    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(grad_row(P.dv, P, b, h, t0), P.grad_stride[2], gs, end - t0);
+    token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, grad_row(P.dk, P, b, h, t0 + my_t));
     __syncthreads();
     fk = fk_next;
     fv = fv_next;

@@ -77,14 +77,20 @@ struct VTile {
   }
 };
 
-// Rows of D bf16 from a shared tile (leading dim LD) to a contiguous (…, N, D) output, 16 bytes a lane.
+// Rows of D bf16 from a shared tile (leading dim LD) to an output whose first row is at out, rows
+// row_stride elements apart (16-byte aligned), 16 bytes a lane.
 template <int D, int LD, int TILE, int THREADS>
-__device__ __forceinline__ void copy_rows_out(__nv_bfloat16* out, const __nv_bfloat16* tile, int64_t row0, int rows) {
+__device__ __forceinline__ void copy_rows_out(__nv_bfloat16* out, int64_t row_stride, const __nv_bfloat16* tile, int rows) {
   constexpr int TPT = THREADS / TILE;
   const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
   if (t >= rows) return;
   for (int c = lane; c < D / 8; c += TPT)
-    *reinterpret_cast<uint4*>(out + (row0 + t) * D + c * 8) = *reinterpret_cast<const uint4*>(tile + t * LD + c * 8);
+    *reinterpret_cast<uint4*>(out + t * row_stride + c * 8) = *reinterpret_cast<const uint4*>(tile + t * LD + c * 8);
+}
+
+// The row of token n of (batch b, head h) in the one-pass backward's dq, dk or dv (P.grad_stride).
+__device__ __forceinline__ __nv_bfloat16* grad_row(void* base, const NalaKernelParams& P, int b, int h, int64_t n) {
+  return static_cast<__nv_bfloat16*>(base) + b * P.grad_stride[0] + h * P.grad_stride[1] + n * P.grad_stride[2];
 }
 
 // Columns col < D of an m16 × (8·NT) accumulator at (m0, n0), times scale(row), as bf16 into a
@@ -261,7 +267,7 @@ __device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, c
 // read once for the run, and where the run lies in one grid row each window row's LEPE_RUN + ks − 1
 // positions are read once for all its taps (a run that crosses a row or the end reads per token).
 // Each output's sum is the same either way: bias (forward), then the taps row by row, fmaf.
-// Forward: u (B, N, H·D) at P.u; backward: dv (B, H, N, D) at P.dv.
+// Forward: u (B, N, H·D) at P.u; backward: dv at P.dv (strides P.grad_stride).
 constexpr int LEPE_RUN = 4;
 __device__ __forceinline__ void bf16x4_to_float(uint2 raw, float (&f)[4]) {
   const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
@@ -346,7 +352,7 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
           o2[u] = __floats2bfloat162_rn(acc[p][2 * u] + tf[2 * u], acc[p][2 * u + 1] + tf[2 * u + 1]);
         }
       }
-      __nv_bfloat16* dst = BWD ? static_cast<__nv_bfloat16*>(P.dv) + ((int64_t(b) * P.H + h) * P.N + n + p) * D + 4 * c
+      __nv_bfloat16* dst = BWD ? grad_row(P.dv, P, b, h, n + p) + 4 * c
                                : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n + p) * Dm + ch;
       *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o2);
     }
@@ -435,7 +441,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();  // the o tile (and the window) visible to every thread
     if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
-    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o), vs, int64_t(bh) * P.N + t0, end - t0);
+    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o) + (int64_t(bh) * P.N + t0) * D, D, vs, end - t0);
     fq = fq_next;
   }
 }

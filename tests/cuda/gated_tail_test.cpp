@@ -25,6 +25,7 @@
 #include "attention/cuda/gated_tail_cuda.h"
 #include "attention/cuda/gated_tail_kernels.h"
 #include "ops/fused_ops.h"
+#include "ops/split_heads.h"
 #include "attention/blocks.h"
 #include "attention/gated_tail.h"
 #include "attention/cuda/nala_cuda.h"
@@ -329,5 +330,67 @@ TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
   set_nala_cuda_kernel(NalaCudaKernel::OnePass);
   expect_lepe_in_attention_equal({{2, 6, 64, 16, 16, 5, true}, {2, 6, 64, 32, 32, 5, false}, {2, 6, 64, 12, 24, 3, false},
                                   {2, 5, 72, 16, 16, 5, true}, {2, 6, 64, 9, 14, 3, true}});
+  set_nala_cuda_kernel(NalaCudaKernel::Auto);
+}
+
+// NALA_QKVG_GRADS_IN_PLACE (ops/fused_ops.h): the gated block as the model runs it (qkvg's projection and
+// split, nala_mixer with LePE in both attention kernels, the projection), bf16 autocast, the one-pass
+// kernels forced; with the switch the one-pass backward and the LayerNorm-gate kernel write q's, k's,
+// v's and g's gradients into one buffer in qkvg's layout and the split takes it without a gather. The
+// output and every gradient equal the gathered path's bit for bit, but qkvg's bias gradient (the same
+// float32 sum in another order: the column sum, not the summing gather) within 1e-5 of its largest
+// element; the paths taken are counted. Outputs poisoned (NaN) before the attention kernels run.
+TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
+  struct C {
+    int64_t B, H, d, gh, gw, ks;
+  };
+  const bool was = qkvg_grads_in_place();
+  set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+  set_nala_cuda_poison(true);
+  for (const C& c : {C{4, 6, 64, 16, 16, 5}, C{2, 5, 72, 16, 16, 5}, C{3, 6, 64, 9, 14, 3}}) {
+    const int64_t N = c.gh * c.gw, D = c.H * c.d;
+    torch::manual_seed(5);
+    GatedNalaConfig cfg;
+    cfg.lepe_kernel = c.ks;
+    auto blk = std::make_shared<GatedNalaAttention>(D, c.H, cfg);
+    blk->to(at::kCUDA);
+    const at::Tensor x0 = at::randn({c.B, N, D}, at::TensorOptions().device(at::kCUDA)), w = at::randn({c.B, N, D}, x0.options());
+    const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " d" + std::to_string(c.d) + " grid " + std::to_string(c.gh) +
+                             "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks);
+    auto run = [&](bool in_place) {
+      set_qkvg_grads_in_place(in_place);
+      blk->zero_grad();
+      const at::Tensor x = x0.clone().requires_grad_(true);
+      const int64_t bwd0 = lepe_in_attention_backward_runs(), placed0 = qkvg_grads_in_place_runs(), taken0 = split_heads_assembled_backwards();
+      at::Tensor y;
+      {
+        Autocast ac(true);
+        y = blk->forward(x, c.gh, c.gw);  // (B, N, D)
+      }
+      (y.to(at::kFloat) * w).sum().backward();
+      EXPECT_EQ(lepe_in_attention_backward_runs() - bwd0, 1) << what << ": the backward with LePE in the kernel did not run";
+      EXPECT_EQ(qkvg_grads_in_place_runs() - placed0, in_place ? 1 : 0) << what << ", in place " << in_place;
+      EXPECT_EQ(split_heads_assembled_backwards() - taken0, in_place ? 1 : 0) << what << ", in place " << in_place;
+      std::vector<std::pair<std::string, at::Tensor>> r{{"y", y.detach()}, {"d x", x.grad()}};
+      for (const auto& p : blk->named_parameters()) r.emplace_back("d " + p.key(), p.value().grad().clone());
+      return r;
+    };
+    const auto gathered = run(false), placed = run(true);
+    ASSERT_EQ(gathered.size(), placed.size());
+    for (size_t i = 0; i < gathered.size(); ++i) {
+      const auto& [name, a] = gathered[i];
+      const at::Tensor& b = placed[i].second;
+      ASSERT_TRUE(a.defined() && b.defined()) << what << " " << name;
+      if (name == "d qkvg.bias") {
+        const double err = (a - b).abs().max().item<double>() / a.abs().max().item<double>();
+        EXPECT_LE(err, 1e-5) << what << " " << name;
+        std::printf("  %-34s qkvg.bias relative difference %.2e\n", what.c_str(), err);
+      } else {
+        EXPECT_TRUE(at::equal(a, b)) << what << " " << name << ": relative difference " << rel(a, b);
+      }
+    }
+  }
+  set_qkvg_grads_in_place(was);
+  set_nala_cuda_poison(false);
   set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }

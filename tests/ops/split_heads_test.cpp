@@ -115,3 +115,53 @@ TEST(SplitHeads, LinearSplitHeadsEqualsTheComposition) {
   EXPECT_THROW(linear_split_heads_op(x, m->weight, m->bias, 3, 5), std::exception);  // 24 outputs are not 3 parts of 5 heads
   EXPECT_THROW(linear_split_heads_op(x, m->weight, at::Tensor(), 3, 2), std::exception);
 }
+
+// Gradients that arrive already in the projection's layout (views of one (B, N, P, H, d) buffer, as
+// nala_mixer writes them with NALA_QKVG_GRADS_IN_PLACE) are taken as they are, no gather: the input,
+// weight and bias gradients equal those from the same values as separate tensors (gathered), bit for
+// bit on the CPU (the same GEMMs and column sum of the same values), and the backward counts itself.
+// Views of the wrong layout, a second gradient of the repeated part, or separate tensors are gathered.
+TEST(SplitHeads, GradientsAlreadyInTheProjectionLayoutAreTakenAsTheyAre) {
+  torch::manual_seed(3);
+  const int64_t B = 2, N = 5, P = 4, H = 3, d = 4, D = 6;
+  torch::nn::Linear m(D, P * H * d);
+  const at::Tensor x0 = at::randn({B, N, D});
+  const at::Tensor buf = at::randn({B, N, P, H, d});  // the gradients, in the projection's layout
+  for (int64_t repeat : {int64_t(-1), int64_t(2)}) {
+    // kind 0: views of buf; 1: separate contiguous copies of the same values; 2: views of buf's transpose (wrong layout);
+    // 3: views of buf, and a second gradient of the repeated part
+    auto run = [&](int kind) {
+      const at::Tensor x = x0.clone().requires_grad_(true);
+      m->zero_grad();
+      const auto parts = linear_split_heads_op(x, m->weight, m->bias, P, H, repeat);  // P (+1) × (B, N, H, d)
+      std::vector<at::Tensor> outs, grads;
+      const at::Tensor src = kind == 2 ? buf.transpose(0, 1).contiguous().transpose(0, 1) : buf;  // the same values, other strides
+      for (int64_t i = 0; i < P; ++i) {
+        outs.push_back(parts[size_t(i)]);
+        grads.push_back(kind == 1 ? src.select(2, i).contiguous() : src.select(2, i));
+      }
+      if (kind == 3) {
+        outs.push_back(parts[size_t(P)]);
+        grads.push_back(at::ones({B, N, H, d}));
+      }
+      const int64_t before = split_heads_assembled_backwards();
+      torch::autograd::backward(outs, grads);
+      const bool taken = split_heads_assembled_backwards() > before;
+      return std::make_tuple(taken, x.grad().clone(), m->weight.grad().clone(), m->bias.grad().clone());
+    };
+    const auto [taken0, dx0, dw0, db0] = run(0);
+    const auto [taken1, dx1, dw1, db1] = run(1);
+    const auto [taken2, dx2, dw2, db2] = run(2);
+    EXPECT_TRUE(taken0) << "repeat " << repeat << ": views of one buffer in the layout not taken";
+    EXPECT_FALSE(taken1) << "repeat " << repeat << ": separate tensors taken as one buffer";
+    EXPECT_FALSE(taken2) << "repeat " << repeat << ": views in another layout taken";
+    for (const auto& [a, b, name] : {std::tuple{dx0, dx1, "x"}, {dw0, dw1, "weight"}, {db0, db1, "bias"}, {dx2, dx1, "x (other layout)"},
+                                     {dw2, dw1, "weight (other layout)"}, {db2, db1, "bias (other layout)"}})
+      EXPECT_TRUE(at::equal(a, b)) << "repeat " << repeat << ", " << name << " gradient: " << (a - b).abs().max().item<double>();
+    if (repeat >= 0) {
+      const auto [taken3, dx3, dw3, db3] = run(3);
+      EXPECT_FALSE(taken3) << "a second gradient of the repeated part must be added by the gather";
+      EXPECT_FALSE(at::equal(dx3, dx1)) << "the repeated part's second gradient was dropped";
+    }
+  }
+}
