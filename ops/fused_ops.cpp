@@ -107,7 +107,7 @@ bool gather_sum_grouped() { return read_switch(g_gather_sum_grouped, "NALA_GATHE
 void set_gather_sum_grouped(bool on) { g_gather_sum_grouped = on ? 1 : 0; }
 bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDUAL_NORM_STAGED", 1); }
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
-bool qkvg_grads_in_place() { return read_switch(g_qkvg_in_place, "NALA_QKVG_GRADS_IN_PLACE", 0); }
+bool qkvg_grads_in_place() { return read_switch(g_qkvg_in_place, "NALA_QKVG_GRADS_IN_PLACE", 1); }
 void set_qkvg_grads_in_place(bool on) { g_qkvg_in_place = on ? 1 : 0; }
 
 int64_t recomputations() { return g_recomputations.load(); }

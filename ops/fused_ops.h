@@ -157,8 +157,9 @@ void set_gather_sum_grouped(bool on);
 // layout, returned as views; the split's backward (ops/split_heads.h) sees the parts already assembled
 // and skips its gather (a read and a write of the whole gradient: ≈ 145 µs a NaLaDiT-S/2 block at batch
 // 256 on an H100), summing the bias gradient with the column sum instead. The same values; the bias
-// gradient is the same float32 sum in another order. 0 (default until a GPU has timed it): the gather.
-// Any other value is an error.
+// gradient is the same float32 sum in another order. 1 (default): NaLaDiT-S/2's training step 44.1 ->
+// 43.0 ms on an H100 (2026-12-06, two alternations, docs/benchmarks.md); 0: the gather. Any other value
+// is an error.
 bool qkvg_grads_in_place();
 void set_qkvg_grads_in_place(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
