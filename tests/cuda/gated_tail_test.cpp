@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -339,12 +340,17 @@ TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
 // v's and g's gradients into one buffer in qkvg's layout and the split takes it without a gather. The
 // output and every gradient equal the gathered path's bit for bit, but qkvg's bias gradient (the same
 // float32 sum in another order: the column sum, not the summing gather) within 1e-5 of its largest
-// element; the paths taken are counted. Outputs poisoned (NaN) before the attention kernels run.
+// element; the paths taken are counted. The attention kernels' outputs are poisoned (NaN) before they
+// run, and the in-place path runs first, after a NaN tensor of the buffer's size went back to the
+// allocator (whose block the buffer likely gets), so a row no kernel writes shows as NaN, not as the
+// gathered path's values left in freed memory.
 TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
   struct C {
     int64_t B, H, d, gh, gw, ks;
   };
-  const bool was = qkvg_grads_in_place();
+  const bool was = qkvg_grads_in_place(), recompute_was = recompute_saved();
+  set_lepe_in_attention(2);  // the path under test, whatever the environment says
+  set_recompute_saved(false);
   set_nala_cuda_kernel(NalaCudaKernel::OnePass);
   set_nala_cuda_poison(true);
   for (const C& c : {C{4, 6, 64, 16, 16, 5}, C{2, 5, 72, 16, 16, 5}, C{3, 6, 64, 9, 14, 3}}) {
@@ -361,6 +367,7 @@ TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
       set_qkvg_grads_in_place(in_place);
       blk->zero_grad();
       const at::Tensor x = x0.clone().requires_grad_(true);
+      at::full({c.B, N, 4, c.H, c.d}, std::numeric_limits<float>::quiet_NaN(), x0.options().dtype(at::kBFloat16));  // freed at once
       const int64_t bwd0 = lepe_in_attention_backward_runs(), placed0 = qkvg_grads_in_place_runs(), taken0 = split_heads_assembled_backwards();
       at::Tensor y;
       {
@@ -375,7 +382,7 @@ TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
       for (const auto& p : blk->named_parameters()) r.emplace_back("d " + p.key(), p.value().grad().clone());
       return r;
     };
-    const auto gathered = run(false), placed = run(true);
+    const auto placed = run(true), gathered = run(false);
     ASSERT_EQ(gathered.size(), placed.size());
     for (size_t i = 0; i < gathered.size(); ++i) {
       const auto& [name, a] = gathered[i];
@@ -391,6 +398,8 @@ TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
     }
   }
   set_qkvg_grads_in_place(was);
+  set_recompute_saved(recompute_was);
+  reset_lepe_in_attention();
   set_nala_cuda_poison(false);
   set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }

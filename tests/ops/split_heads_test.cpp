@@ -165,3 +165,33 @@ TEST(SplitHeads, GradientsAlreadyInTheProjectionLayoutAreTakenAsTheyAre) {
     }
   }
 }
+
+// The same for split_heads alone (no projection): parts' gradients that are views of one buffer in
+// the (B, N, P, H, d) layout, here at a non-zero storage offset, come back as that buffer, equal to the
+// gathered result of the same values; a second gradient of the repeated part is gathered and added.
+TEST(SplitHeads, SplitAloneTakesGradientsAlreadyInItsLayout) {
+  torch::manual_seed(4);
+  const int64_t B = 2, N = 3, P = 4, H = 2, d = 4;
+  const at::Tensor big = at::randn({B + 1, N, P, H, d});
+  const at::Tensor buf = big.narrow(0, 1, B);  // (B, N, P, H, d) at storage offset N·P·H·d
+  ASSERT_GT(buf.storage_offset(), 0);
+  for (int64_t repeat : {int64_t(-1), int64_t(1)}) {
+    for (bool second : {false, true}) {
+      if (second && repeat < 0) continue;
+      const at::Tensor t = at::randn({B, N, P, H, d}).requires_grad_(true);
+      const auto parts = split_heads(t, repeat);
+      std::vector<at::Tensor> outs(parts.begin(), parts.begin() + P), grads;
+      for (int64_t i = 0; i < P; ++i) grads.push_back(buf.select(2, i));
+      if (second) {
+        outs.push_back(parts[size_t(P)]);
+        grads.push_back(at::ones({B, N, H, d}));
+      }
+      const int64_t before = split_heads_assembled_backwards();
+      torch::autograd::backward(outs, grads);
+      EXPECT_EQ(split_heads_assembled_backwards() - before, second ? 0 : 1) << "repeat " << repeat << ", second gradient " << second;
+      at::Tensor expect = buf.clone();
+      if (second) expect.select(2, repeat).add_(1);
+      EXPECT_TRUE(at::equal(t.grad(), expect)) << "repeat " << repeat << ", second gradient " << second;
+    }
+  }
+}
