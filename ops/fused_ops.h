@@ -125,7 +125,8 @@ void set_residual_norm_training_backward_fused(bool on);
 // gradient inside the gather of the heads' gradients (ops/split_heads.h linear_split_heads): the column
 // sum's own pass over the (B·N, 3D) gradient goes (151 MB a DiT-S/2 block at batch 256); with
 // NALA_GEMM_BGRAD=1 too, that projection's bias gradient still comes from the gather (its weight
-// gradient from the plain GEMM). 0: the linear layer and the split apart. Until the thirty-fifth session
+// gradient from the plain GEMM), unless the parts arrive already assembled (NALA_QKVG_GRADS_IN_PLACE), where
+// it comes from the weight gradient's epilogue. 0: the linear layer and the split apart. Until the thirty-fifth session
 // the default ran the one operation for softmax's plain split only: the gated NaLa block's qkvg (v twice)
 // lost 0.4 ms with it until its gather's loads were grouped (NALA_GATHER_SUM_GROUPED below). With both on,
 // on an H100 in two runs (2026-12-05 and 2026-12-06, docs/benchmarks.md): DiT-S/2 34.4 -> 34.2 and

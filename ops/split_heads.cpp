@@ -197,9 +197,12 @@ struct LinearSplitHeadsFn : torch::autograd::Function<LinearSplitHeadsFn> {
       dt = at::empty(sizes, ref.options().dtype(w.scalar_type()));
       gather_grads(grads, repeat, dt, ctx->needs_input_grad(2) ? &db : nullptr);
     }
-    const at::Tensor dt2 = dt.view({-1, w.size(0)});                                                     // (R, P·H·d)
-    if (ctx->needs_input_grad(2) && !db.defined()) db = column_sum(dt2);
-    const LinearGrads d = linear_grads(dt2, x.reshape({-1, w.size(1)}), w, b_dtype, ctx->needs_input_grad(0), ctx->needs_input_grad(1), false);
+    const at::Tensor dt2 = dt.view({-1, w.size(0)});  // (R, P·H·d)
+    // a bias gradient the gather did not sum comes with the GEMMs: the column sum, or with NALA_GEMM_BGRAD=1
+    // the weight gradient's epilogue (ops/linear.h linear_grads)
+    const LinearGrads d = linear_grads(dt2, x.reshape({-1, w.size(1)}), w, b_dtype, ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                       ctx->needs_input_grad(2) && !db.defined());
+    if (!db.defined()) db = d.b;
     return {d.x.defined() ? d.x.view(x.sizes()) : d.x, d.w, db.defined() ? db.to(b_dtype) : db, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
