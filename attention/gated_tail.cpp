@@ -334,15 +334,6 @@ struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn
   }
 };
 
-// The gated block's attention and tail as one operation (nala_mixer): o = NaLa(q, k, v), then u and
-// y as the tail makes them. On CUDA the one-pass attention kernel adds LePE as it writes its output
-// (nala_forward_lepe_cuda), so o never goes to memory and the tail runs its LayerNorm-gate kernel
-// alone; for tensors that kernel does not take, and on the CPU, the attention and the tail run apart
-// (nala_attention_forward, tail_forward). It keeps q, k, v, the attention's state, v_tok, g, u and u's
-// statistics. The backward is the tail's (∂L/∂u, LePE's and the norm's gradients, ∂L/∂g, ∂L/∂v_tok),
-// then the attention's with ∂L/∂o = ∂L/∂u (u = o + LePE(v_tok) + b); with lepe_kernels = 2, where the
-// one-pass backward takes it, LePE's ∂L/∂v_tok is added to ∂L/∂v inside the attention's backward and
-// v_tok's gradient is undefined (v and v_tok are views of one tensor: the sum autograd would form).
 // Where q, k, v (B, H, N, d) and g (B, N, H·d) are the four parts of one (B, N, 4, H, d) tensor in that
 // order (the gated block's qkvg projection output, split by ops/split_heads.h): a new tensor of that
 // layout, empty, whose parts take their gradients (NALA_QKVG_GRADS_IN_PLACE); else undefined.
@@ -360,6 +351,15 @@ at::Tensor qkvg_gradient_buffer(const at::Tensor& q, const at::Tensor& k, const 
   return at::empty({B, N, 4, H, d}, q.options());  // (B, N, 4, H, d)
 }
 
+// The gated block's attention and tail as one operation (nala_mixer): o = NaLa(q, k, v), then u and
+// y as the tail makes them. On CUDA the one-pass attention kernel adds LePE as it writes its output
+// (nala_forward_lepe_cuda), so o never goes to memory and the tail runs its LayerNorm-gate kernel
+// alone; for tensors that kernel does not take, and on the CPU, the attention and the tail run apart
+// (nala_attention_forward, tail_forward). It keeps q, k, v, the attention's state, v_tok, g, u and u's
+// statistics. The backward is the tail's (∂L/∂u, LePE's and the norm's gradients, ∂L/∂g, ∂L/∂v_tok),
+// then the attention's with ∂L/∂o = ∂L/∂u (u = o + LePE(v_tok) + b); with lepe_kernels = 2, where the
+// one-pass backward takes it, LePE's ∂L/∂v_tok is added to ∂L/∂v inside the attention's backward and
+// v_tok's gradient is undefined (v and v_tok are views of one tensor: the sum autograd would form).
 struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& v_tok,
                             const at::Tensor& g, const at::Tensor& lepe_w_in, const at::Tensor& lepe_b_in, const at::Tensor& norm_w,
@@ -412,7 +412,6 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     // with lepe_bwd and NALA_QKVG_GRADS_IN_PLACE, the four gradients written into one buffer in qkvg's
     // layout (ops/fused_ops.h), so that the split's backward has nothing to gather
     const at::Tensor whole = lepe_bwd && ops::qkvg_grads_in_place() ? qkvg_gradient_buffer(q, k, v, g) : at::Tensor();  // (B, N, 4, H, d)
-    auto part = [&](int64_t i) { return whole.select(2, i).transpose(1, 2); };  // (B, H, N, d) view
     // ∂L/∂u as t.o (B, H, N, d); with lepe_bwd LePE's ∂L/∂v is the attention backward's to add (t.v undefined)
     Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw, !lepe_bwd,
                             whole.defined() ? whole.select(2, 3).reshape(g.sizes()) : at::Tensor());
@@ -421,6 +420,7 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
 #ifdef NALA_WITH_CUDA
     if (lepe_bwd) {
       if (whole.defined()) {
+        auto part = [&](int64_t i) { return whole.select(2, i).transpose(1, 2); };  // (B, H, N, d) view
         std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2));
         ++g_qkvg_grads_in_place_runs;
       } else {

@@ -125,6 +125,20 @@ at::Tensor assembled_parts(const tensor_list& grads, int64_t repeat, const std::
   return g0.as_strided({B, N, P, H, d}, {N * row, row, H * d, d, 1}, g0.storage_offset());  // (B, N, P, H, d), no copy
 }
 
+// The parts' gradients as one (B, N, P, H, d) tensor of dtype on ref's device: as they came where already
+// assembled (assembled_parts, counted), else gathered (with sums: the bias gradient summed on the way
+// where the kernel takes the layouts, as gather_grads says).
+at::Tensor parts_gradient(const tensor_list& grads, int64_t repeat, const std::vector<int64_t>& sizes, at::ScalarType dtype, const at::Tensor& ref,
+                          at::Tensor* sums) {
+  if (at::Tensor whole = assembled_parts(grads, repeat, sizes, dtype); whole.defined()) {
+    assembled_backwards.fetch_add(1, std::memory_order_relaxed);
+    return whole;
+  }
+  at::Tensor dt = at::empty(sizes, ref.options().dtype(dtype));  // (B, N, P, H, d)
+  gather_grads(grads, repeat, dt, sums);
+  return dt;
+}
+
 // t (B, N, P, H, d) as P views (B, N, H, d), and the repeated part's second view
 tensor_list part_views(const at::Tensor& t, int64_t repeat) {
   tensor_list parts = t.unbind(2);                        // P × (B, N, H, d) views
@@ -151,16 +165,9 @@ struct SplitHeadsFn : torch::autograd::Function<SplitHeadsFn> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const at::Tensor ref = any_defined(grads);
     if (!ref.defined()) return {at::Tensor(), at::Tensor()};
-    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const auto dtype = at::ScalarType(ctx->saved_data["dtype"].toInt());
-    const int64_t repeat = ctx->saved_data["repeat"].toInt();
-    if (at::Tensor whole = assembled_parts(grads, repeat, sizes, dtype); whole.defined()) {
-      assembled_backwards.fetch_add(1, std::memory_order_relaxed);
-      return {whole, at::Tensor()};
-    }
-    at::Tensor dt = at::empty(sizes, ref.options().dtype(dtype));  // (B, N, P, H, d)
-    gather_grads(grads, repeat, dt, nullptr);
-    return {dt, at::Tensor()};
+    const at::ScalarType dtype = at::ScalarType(ctx->saved_data["dtype"].toInt());
+    return {parts_gradient(grads, ctx->saved_data["repeat"].toInt(), ctx->saved_data["sizes"].toIntVector(), dtype, ref, nullptr),  // (B, N, P, H, d)
+            at::Tensor()};
   }
 };
 
@@ -187,16 +194,9 @@ struct LinearSplitHeadsFn : torch::autograd::Function<LinearSplitHeadsFn> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1];
     const auto b_dtype = at::ScalarType(ctx->saved_data["b_dtype"].toInt());
-    const std::vector<int64_t> sizes = ctx->saved_data["sizes"].toIntVector();
-    const int64_t repeat = ctx->saved_data["repeat"].toInt();
-    at::Tensor dt = assembled_parts(grads, repeat, sizes, w.scalar_type());  // (B, N, P, H, d)
-    at::Tensor db;                                                           // (P·H·d) float32
-    if (dt.defined()) {  // already in the projection's layout: the bias gradient from the column sum below
-      assembled_backwards.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      dt = at::empty(sizes, ref.options().dtype(w.scalar_type()));
-      gather_grads(grads, repeat, dt, ctx->needs_input_grad(2) ? &db : nullptr);
-    }
+    at::Tensor db;  // (P·H·d) float32, where the gather sums it
+    const at::Tensor dt = parts_gradient(grads, ctx->saved_data["repeat"].toInt(), ctx->saved_data["sizes"].toIntVector(), w.scalar_type(), ref,
+                                         ctx->needs_input_grad(2) ? &db : nullptr);  // (B, N, P, H, d)
     const at::Tensor dt2 = dt.view({-1, w.size(0)});  // (R, P·H·d)
     // a bias gradient the gather did not sum comes with the GEMMs: the column sum, or with NALA_GEMM_BGRAD=1
     // the weight gradient's epilogue (ops/linear.h linear_grads)
