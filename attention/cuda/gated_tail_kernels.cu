@@ -56,7 +56,7 @@ struct ChannelPair<float> {
 template <>
 struct ChannelPair<__nv_bfloat16> {
   using type = __nv_bfloat162;
-  static __device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+  static __device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&v)); }
 };
 template <typename T>
 using PairT = typename ChannelPair<T>::type;

@@ -64,11 +64,11 @@ struct GradTile {
       if (c >= CH) continue;
       uint4 out = make_uint4(0, 0, 0, 0);
       if (valid) {
-        const __nv_bfloat162* in = reinterpret_cast<const __nv_bfloat162*>(&raw[k]);
+        const unsigned* in = reinterpret_cast<const unsigned*>(&raw[k]);
         __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          const float2 x = __bfloat1622float2(in[u]);
+          const float2 x = cuda_vec::unpack_bf16x2(in[u]);
           o[u] = __floats2bfloat162_rn(x.x * inv_den, x.y * inv_den);
         }
       }
@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     hi[0] = h01;
     hi[1] = h23;
     if (LO) {
-      const float2 r01 = __bfloat1622float2(h01), r23 = __bfloat1622float2(h23);
+      const float2 r01 = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&h01)),
+                   r23 = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&h23));
       __nv_bfloat162* lo = reinterpret_cast<__nv_bfloat162*>(sr_lo + f * L::LDSR + n0);
       lo[0] = __floats2bfloat162_rn(x.x - r01.x, x.y - r01.y);
       lo[1] = __floats2bfloat162_rn(x.z - r23.x, x.w - r23.y);
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {  // the fragment's two adjacent columns as one bf16 pair
         const int r = mt * 16 + g + hf * 8, f = nh * NHB * 8 + 8 * j + 2 * tq;
-        const float2 ph = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(phi + r * O::LDPH + f));
+        const float2 ph = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(phi + r * O::LDPH + f));
         part[hf] += ph.x * x[j][2 * hf] + ph.y * x[j][2 * hf + 1];
       }
 #pragma unroll

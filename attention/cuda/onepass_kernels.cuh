@@ -270,8 +270,7 @@ __device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, c
 // Forward: u (B, N, H·D) at P.u; backward: dv at P.dv (strides P.grad_stride).
 constexpr int LEPE_RUN = 4;
 __device__ __forceinline__ void bf16x4_to_float(uint2 raw, float (&f)[4]) {
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  const float2 a = cuda_vec::unpack_bf16x2(raw.x), c = cuda_vec::unpack_bf16x2(raw.y);
   f[0] = a.x, f[1] = a.y, f[2] = c.x, f[3] = c.y;
 }
 __device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw) {
@@ -346,7 +345,8 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum
-          const float2 lf = __bfloat1622float2(__floats2bfloat162_rn(acc[p][2 * u] + 0.f, acc[p][2 * u + 1] + 0.f));  // + its zero residual
+          const __nv_bfloat162 lr = __floats2bfloat162_rn(acc[p][2 * u] + 0.f, acc[p][2 * u + 1] + 0.f);  // + its zero residual
+          const float2 lf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lr));
           o2[u] = __floats2bfloat162_rn(tf[2 * u] + lf.x, tf[2 * u + 1] + lf.y);
         } else {
           o2[u] = __floats2bfloat162_rn(acc[p][2 * u] + tf[2 * u], acc[p][2 * u + 1] + tf[2 * u + 1]);
