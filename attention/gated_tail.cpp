@@ -12,6 +12,7 @@
 #include "attention/nala_attention.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
+#include "ops/split_heads.h"
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/gated_tail_cuda.h"
@@ -73,6 +74,7 @@ Saved forward_aten(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g
 
 struct Grads {
   at::Tensor o, v, g, lepe_w, lepe_b, norm_w, norm_b;
+  at::Tensor g_sum;  // (D) float32 Σ ∂L/∂g as stored: the kernels with dg_out and NALA_QKVG_COLUMN_SUMS only
 };
 
 // The backward by hand. With y = n·s, n = x̂·w + b, s = SiLU(g) = g·σ(g), x̂ = (u − μ)·r:
@@ -143,7 +145,7 @@ Grads tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, co
 #ifdef NALA_WITH_CUDA
   if (tail_backward_kernels(heads, v, g, lepe_w, u, mean)) {
     auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv, dg_out);
-    return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b};
+    return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b, k.g_sum};
   }
 #endif
   TORCH_CHECK(lepe_dv && !dg_out.defined(), "gated_tail: LePE's input gradient can be left to the attention, and ∂L/∂g written in place, ",
@@ -421,8 +423,12 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     if (lepe_bwd) {
       if (whole.defined()) {
         auto part = [&](int64_t i) { return whole.select(2, i).transpose(1, 2); };  // (B, H, N, d) view
-        std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2));
+        at::Tensor qkv_sums;  // (3, H, d): the kernel's column sums of dq, dk, dv (NALA_QKVG_COLUMN_SUMS)
+        std::tie(dq, dk, dv) =
+            nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2), &qkv_sums);
         ++g_qkvg_grads_in_place_runs;
+        // with g's, all of qkvg's bias gradient: the split's backward takes it instead of summing the buffer
+        if (qkv_sums.defined() && t.g_sum.defined()) ops::offer_parts_column_sums(whole, at::cat({qkv_sums.reshape({-1}), t.g_sum}));
       } else {
         std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw);
       }

@@ -28,6 +28,7 @@ std::atomic<int> g_block_sums{-1};
 std::atomic<int> g_gather_sum_grouped{-1};
 std::atomic<int> g_residual_staged{-1};
 std::atomic<int> g_qkvg_in_place{-1};
+std::atomic<int> g_qkvg_column_sums{-1};
 std::atomic<int64_t> g_recomputations{0};
 
 int switch_from_environment(const char* name, int fallback) {
@@ -109,6 +110,8 @@ bool residual_norm_staged() { return read_switch(g_residual_staged, "NALA_RESIDU
 void set_residual_norm_staged(bool on) { g_residual_staged = on ? 1 : 0; }
 bool qkvg_grads_in_place() { return read_switch(g_qkvg_in_place, "NALA_QKVG_GRADS_IN_PLACE", 1); }
 void set_qkvg_grads_in_place(bool on) { g_qkvg_in_place = on ? 1 : 0; }
+bool qkvg_column_sums_in_kernel() { return read_switch(g_qkvg_column_sums, "NALA_QKVG_COLUMN_SUMS", 1); }
+void set_qkvg_column_sums_in_kernel(bool on) { g_qkvg_column_sums = on ? 1 : 0; }
 
 int64_t recomputations() { return g_recomputations.load(); }
 void count_recomputation() { ++g_recomputations; }

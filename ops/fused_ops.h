@@ -163,6 +163,15 @@ void set_gather_sum_grouped(bool on);
 // is an error.
 bool qkvg_grads_in_place();
 void set_qkvg_grads_in_place(bool on);
+// With those gradients in place: NALA_QKVG_COLUMN_SUMS=1 (default) has the kernels that write them also
+// sum their columns as stored (the one-pass backward with LePE: per-warp sums over a tile's tokens,
+// ln_gate_bwd: per-block sums; attention/cuda/onepass_backward.cuh), handed to the split's backward
+// (ops/split_heads.h offer_parts_column_sums) as qkvg's bias gradient, so that the column sum's pass
+// over the (B, N, 4, H, d) gradient goes (≈ 72 µs a NaLaDiT-S/2 block at batch 256 on an H100,
+// 2026-12-06). The same float32 sums of the same bf16 values in another order. 0: the column sum.
+// Any other value is an error.
+bool qkvg_column_sums_in_kernel();
+void set_qkvg_column_sums_in_kernel(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by
 // cp.async, the block's samples' gate, shift and scale converted to float there once
 // (ops/cuda/block_kernels.cu residual_ln_modulate_staged), for 16-bit rows: NALA_RESIDUAL_NORM_STAGED=1

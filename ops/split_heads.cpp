@@ -25,6 +25,29 @@ using torch::autograd::tensor_list;
 
 std::atomic<int64_t> summing_gathers{0};
 std::atomic<int64_t> assembled_backwards{0};
+std::atomic<int64_t> offered_sums_taken{0};
+
+// offer_parts_column_sums' one offer on this thread (the autograd engine runs a device's backward
+// functions on one thread: the consumer's, then the split's)
+struct OfferedSums {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  int64_t offset = -1, numel = 0;
+  at::Tensor sums;  // (P·H·d) float32
+};
+thread_local OfferedSums offered;
+
+// The offered sums when whole is the buffer they were offered with (then the offer is used up), else undefined
+at::Tensor take_offered_sums(const at::Tensor& whole) {
+  if (!offered.sums.defined()) return at::Tensor();
+  const c10::intrusive_ptr<c10::StorageImpl> s = offered.storage.lock();
+  const bool same = s && s.get() == whole.storage().unsafeGetStorageImpl() && offered.offset == whole.storage_offset() &&
+                    offered.numel == whole.numel() && offered.sums.numel() == whole.size(2) * whole.size(3) * whole.size(4);
+  if (!same) return at::Tensor();
+  at::Tensor r = std::move(offered.sums);
+  offered = OfferedSums();
+  offered_sums_taken.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
 
 #ifdef NALA_WITH_CUDA
 // The gather kernel's parameters for grads (the P parts' gradients, then (repeat ≥ 0) the repeated
@@ -126,12 +149,14 @@ at::Tensor assembled_parts(const tensor_list& grads, int64_t repeat, const std::
 }
 
 // The parts' gradients as one (B, N, P, H, d) tensor of dtype on ref's device: as they came where already
-// assembled (assembled_parts, counted), else gathered (with sums: the bias gradient summed on the way
-// where the kernel takes the layouts, as gather_grads says).
+// assembled (assembled_parts, counted; with sums: the consumer's column sums where it offered them,
+// offer_parts_column_sums), else gathered (with sums: the bias gradient summed on the way where the
+// kernel takes the layouts, as gather_grads says). *sums stays undefined where nothing summed it.
 at::Tensor parts_gradient(const tensor_list& grads, int64_t repeat, const std::vector<int64_t>& sizes, at::ScalarType dtype, const at::Tensor& ref,
                           at::Tensor* sums) {
   if (at::Tensor whole = assembled_parts(grads, repeat, sizes, dtype); whole.defined()) {
     assembled_backwards.fetch_add(1, std::memory_order_relaxed);
+    if (sums != nullptr) *sums = take_offered_sums(whole);  // the consumer's column sums of it, where it offered them
     return whole;
   }
   at::Tensor dt = at::empty(sizes, ref.options().dtype(dtype));  // (B, N, P, H, d)
@@ -229,6 +254,18 @@ std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Ten
 
 int64_t split_heads_summing_gathers() { return summing_gathers.load(std::memory_order_relaxed); }
 int64_t split_heads_assembled_backwards() { return assembled_backwards.load(std::memory_order_relaxed); }
+int64_t split_heads_offered_sums_taken() { return offered_sums_taken.load(std::memory_order_relaxed); }
+
+void offer_parts_column_sums(const at::Tensor& buffer, const at::Tensor& sums) {
+  TORCH_CHECK(buffer.dim() == 5 && sums.dim() == 1 && sums.scalar_type() == at::kFloat &&
+                  sums.numel() == buffer.size(2) * buffer.size(3) * buffer.size(4) && sums.device() == buffer.device(),
+              "offer_parts_column_sums: sums must be (P·H·d) float32 beside a (B, N, P, H, d) buffer, got ", sums.sizes(), " ", sums.scalar_type(),
+              " for ", buffer.sizes());
+  offered.storage = buffer.storage().getWeakStorageImpl();
+  offered.offset = buffer.storage_offset();
+  offered.numel = buffer.numel();
+  offered.sums = sums;
+}
 
 std::vector<at::Tensor> linear_split_heads(const torch::nn::LinearImpl& m, const at::Tensor& x, int64_t parts, int64_t heads, int64_t repeat_part) {
   if (x.dim() == 3 && split_heads_bias_sums() && linear_op_applies(x, m.weight, m.bias))

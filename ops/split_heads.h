@@ -33,6 +33,15 @@ int64_t split_heads_summing_gathers();
 // layout, views of one (B, N, P, H, d) buffer (NALA_QKVG_GRADS_IN_PLACE: ops/fused_ops.h), and took that
 // buffer as it is instead of gathering (no repeated part's second gradient among them).
 int64_t split_heads_assembled_backwards();
+// A consumer that wrote the parts' gradients itself into one (B, N, P, H, d) buffer (the assembled case
+// above) and summed its columns on the way hands the sums over here: sums (P·H·d) float32, Σ over the
+// B·N rows of buffer as stored. The next linear_split_heads backward on this thread that takes that very
+// buffer (the same storage, alive, at the same offset and size) takes them as its bias gradient and
+// skips the column sum's pass over the buffer (counted); any other backward ignores them. One offer
+// is kept at a time (a thread-local weak reference to the buffer's storage, so it holds no memory).
+void offer_parts_column_sums(const at::Tensor& buffer, const at::Tensor& sums);
+// Backward passes that took offered sums as their bias gradient (tests: that the path ran)
+int64_t split_heads_offered_sums_taken();
 std::vector<at::Tensor> linear_split_heads_op(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, int64_t parts, int64_t heads,
                                               int64_t repeat_part = -1);
 

@@ -211,6 +211,44 @@ __device__ __forceinline__ TokenStats token_features(const uint4 (&raw)[CPL], bo
   return st;
 }
 
+// Column sums of the one-pass backward's gradients (qkvg's bias gradient: NalaKernelParams::grad_sums).
+// The sum over a warp's 8 tokens (4 lanes a token: lane bits 2-4 pick the token) of each thread's
+// values x[k][u] (its chunks c = lane % 4 + 4k of its token, 8 channels each), reduce-scattered: lane
+// bits 4, 3 and 2 each halve the values a lane keeps, sending the other half to the lane that keeps it,
+// so 7·CPL shuffles a thread (a sum of every value to every lane takes 24·CPL) leave each lane the
+// warp's sums of CPL consecutive flat indices j = 8k + u from warp_sum_first, added into acc.
+// One halving of warp_token_sums: the lane keeps the half of a[0, 2·HALF) its lane bit BIT picks
+// (upper half where set) plus the partner's copy of it, in a[0, HALF). A bitwise blend picks what it
+// keeps and sends (a select between a[j] and a[j + HALF] became an indexed load from local memory).
+template <int BIT, int HALF, int N>
+__device__ __forceinline__ void halve_across_lanes(float (&a)[N]) {
+  const unsigned upper = (threadIdx.x & BIT) != 0 ? 0xffffffffu : 0u;
+#pragma unroll
+  for (int j = 0; j < HALF; ++j) {
+    const unsigned lo = __float_as_uint(a[j]), hi = __float_as_uint(a[j + HALF]);
+    const float send = __uint_as_float((lo & upper) | (hi & ~upper)), keep = __uint_as_float((hi & upper) | (lo & ~upper));
+    a[j] = keep + __shfl_xor_sync(0xffffffffu, send, BIT);
+  }
+}
+template <int CPL>
+__device__ __forceinline__ void warp_token_sums(const float (&x)[CPL][8], float (&acc)[CPL]) {
+  constexpr int N = 8 * CPL;
+  float a[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) a[j] = x[j / 8][j % 8];
+  halve_across_lanes<16, N / 2>(a);
+  halve_across_lanes<8, N / 4>(a);
+  halve_across_lanes<4, N / 8>(a);
+#pragma unroll
+  for (int j = 0; j < CPL; ++j) acc[j] += a[j];
+}
+// The flat index of a lane's first sum (warp_token_sums), and the channel of flat index j
+template <int CPL>
+__device__ __forceinline__ int warp_sum_first(int lane) {
+  return (((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1)) * CPL;
+}
+__device__ __forceinline__ int warp_sum_channel(int lane, int j) { return 8 * (lane % 4 + 4 * (j / 8)) + j % 8; }
+
 // One element's share of the nala / nala-relu backward (docs/nala_attention.md §3): from
 // g0 = ∂L/∂φ0_j, g1 = ∂L/∂φ1_j, the gradient with respect to x̂_j (gxh), the key power's direct
 // term (direct; 0 for a query) and the query's ∂L/∂p term added to gp.
@@ -246,14 +284,17 @@ __device__ __forceinline__ void nala_element_backward(float xj, const TokenStats
 // The one-pass backward's feature map: one token's ∂L/∂x from ∂L/∂φ (its fp32 row grow: F
 // columns in shared memory) with x still in registers (this lane's 16-byte chunks, as
 // token_features read them) and the statistics token_features returned; ∂L/∂x goes as bf16
-// straight to out_row (D elements, 16-byte stores), nothing when !valid. Math as features_backward
+// straight to out_row (D elements, 16-byte stores), nothing when !valid; with sum, the warp's column
+// sums of what it stores (0 for an invalid token) added into acc (warp_token_sums: every lane of the
+// warp must take part). Math as features_backward
 // with the fast intrinsics, rearranged so one value per element waits for the token's sums:
 //   nala:    dx_j = e_j + x_j·c with e_j = ∂L/∂x̂_j / max(n, ε_n) + direct_j and, for n > ε_n,
 //            c = (gn − Σ x̂·∂L/∂x̂ / n) / n, else c = gn / n (0 at n = 0): features_backward's two
 //            branches with the common factor taken out.
 template <int D, int FEAT, int TPT, int CPL>
 __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL], bool valid, const TokenStats& st, const float* grow,
-                                                        const NalaKernelParams& P, bool query, __nv_bfloat16* out_row) {
+                                                        const NalaKernelParams& P, bool query, __nv_bfloat16* out_row, bool sum,
+                                                        float (&acc)[CPL]) {
   constexpr int CH = D / 8;
   const int lane = threadIdx.x % TPT;
   float e[CPL][8];
@@ -320,17 +361,42 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
     const float gn = query ? gp * P.lambda * (1.f - st.tn * st.tn) : 0.f;
     c = st.n > P.eps_norm ? st.inv * (gn - dot * st.inv) : (st.n > 0.f ? gn / st.n : 0.f);
   }
-  if (!valid) return;
+  if (!sum) {
+    if (!valid) return;
+#pragma unroll
+    for (int k = 0; k < CPL; ++k) {
+      const int ch = lane + k * TPT;
+      if (ch >= CH) continue;
+      uint4 o;
+      __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) ob[u] = __floats2bfloat162_rn(fmaf(xval(k, 2 * u), c, e[k][2 * u]), fmaf(xval(k, 2 * u + 1), c, e[k][2 * u + 1]));
+      *reinterpret_cast<uint4*>(out_row + 8 * ch) = o;
+    }
+    return;
+  }
+  static_assert(TPT == 4, "warp_token_sums takes 4 lanes a token");
+  float stored[CPL][8];  // what goes to memory, in float (0 for an invalid token or a chunk past D)
 #pragma unroll
   for (int k = 0; k < CPL; ++k) {
     const int ch = lane + k * TPT;
-    if (ch >= CH) continue;
-    uint4 o;
-    __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+    uint4 o = make_uint4(0, 0, 0, 0);
+    if (ch < CH) {
+      __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) ob[u] = __floats2bfloat162_rn(fmaf(xval(k, 2 * u), c, e[k][2 * u]), fmaf(xval(k, 2 * u + 1), c, e[k][2 * u + 1]));
-    *reinterpret_cast<uint4*>(out_row + 8 * ch) = o;
+      for (int u = 0; u < 4; ++u) ob[u] = __floats2bfloat162_rn(fmaf(xval(k, 2 * u), c, e[k][2 * u]), fmaf(xval(k, 2 * u + 1), c, e[k][2 * u + 1]));
+      if (valid) *reinterpret_cast<uint4*>(out_row + 8 * ch) = o;
+      else o = make_uint4(0, 0, 0, 0);
+    }
+    const unsigned* w = reinterpret_cast<const unsigned*>(&o);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 f = cuda_vec::unpack_bf16x2(w[u]);
+      stored[k][2 * u] = f.x;
+      stored[k][2 * u + 1] = f.y;
+    }
   }
+  warp_token_sums(stored, acc);
 }
 
 // nala / nala-relu part of features_backward: g[j] (j < D) becomes ∂L/∂x_j.

@@ -9,6 +9,8 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "attention/cuda/gated_tail_kernels.h"
+#include "ops/cuda/column_sum.h"
+#include "ops/fused_ops.h"
 
 namespace nala::attention::cuda {
 namespace {
@@ -231,14 +233,17 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
     if (lepe_dv) r.v = at::empty({p.B, p.N, p.D}, v.options());                           // (B, N, D)
     lepe_part = at::empty({lepe_backward_chunks(p), p.ks * p.ks + 1, p.D}, f);             // (chunks, ks·ks + 1, D)
   }
+  at::Tensor dg_part;  // (chunks, D): with dg_out, Σ dg as stored
+  if (dg_out.defined() && ops::qkvg_column_sums_in_kernel()) dg_part = at::empty({ln_gate_backward_chunks(p), p.D}, f);
   launch_gated_tail_backward(p, dy.data_ptr(), u.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), r.g.data_ptr(), r.o.data_ptr(),
                              r.v.defined() ? r.v.data_ptr() : nullptr, norm_part.data_ptr<float>(),
-                             p.ks > 0 ? lepe_part.data_ptr<float>() : nullptr, stream());
-  const at::Tensor norm_sum = norm_part.sum(0);  // (2, D), chunks added in order
+                             p.ks > 0 ? lepe_part.data_ptr<float>() : nullptr, dg_part.defined() ? dg_part.data_ptr<float>() : nullptr, stream());
+  if (dg_part.defined()) r.g_sum = nala::ops::cuda::sum_partials(dg_part);  // (D)
+  const at::Tensor norm_sum = nala::ops::cuda::sum_partials(norm_part);  // (2, D), chunks added in order
   r.norm_w = norm_sum[0];
   r.norm_b = norm_sum[1];
   if (p.ks > 0) {
-    const at::Tensor lepe_sum = lepe_part.sum(0);                                           // (ks·ks + 1, D)
+    const at::Tensor lepe_sum = nala::ops::cuda::sum_partials(lepe_part);                        // (ks·ks + 1, D)
     r.lepe_w = lepe_sum.narrow(0, 0, p.ks * p.ks).t().reshape({p.D, 1, p.ks, p.ks});      // (D, 1, ks, ks)
     r.lepe_b = lepe_sum[p.ks * p.ks];                                                      // (D)
   }

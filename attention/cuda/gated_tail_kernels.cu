@@ -6,6 +6,7 @@
 //   ln_gate_fwd   y = LN(u)·SiLU(g)         one warp a token (LayerNorm needs all D channels); also
 //                                           alone, to recompute y from u in a backward
 //   ln_gate_bwd   dg, du, Σ dnorm_w/b       one warp a token; sums per block, in a fixed order
+//                 (and Σ dg as stored: qkvg's bias gradient, where asked)
 //   lepe_conv     dv = conv(du, reversed taps)   the transposed convolution, as the forward
 //   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv, sums per block in warp order
 // No atomics: every sum runs in a fixed order, so results are bitwise repeatable.
@@ -336,16 +337,18 @@ template <typename T, int NV>
 __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams p, const T* __restrict__ dy, const T* __restrict__ u,
                                                            const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
                                                            T* __restrict__ dg, T* __restrict__ du, float* __restrict__ part,
-                                                           int64_t rows_per_block) {
-  extern __shared__ float sums[];  // (kWarps, 2, D): Σ dn·x̂, Σ dn
+                                                           float* __restrict__ dg_part, int64_t rows_per_block) {
+  extern __shared__ float sums[];  // (kWarps, 2, D): Σ dn·x̂, Σ dn; with dg_part (kWarps, 3, D): and Σ dg
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int D4 = p.D / 4;
-  float* sw = sums + warp * 2 * p.D;
+  const int D4 = p.D / 4, S = (dg_part != nullptr ? 3 : 2) * p.D;  // a warp's sums
+  float* sw = sums + warp * S;
   float* sb = sw + p.D;
+  float* sd = sb + p.D;  // with dg_part
   for (int c = 4 * lane; c < p.D; c += 128) {
     const float z[4] = {0, 0, 0, 0};
     store4(sw + c, z);
     store4(sb + c, z);
+    if (dg_part != nullptr) store4(sd + c, z);
   }
   const int64_t dg_stride = p.dg_row_stride > 0 ? p.dg_row_stride : p.D;  // dg's rows
   const int64_t rows = p.B * p.N, begin = int64_t(blockIdx.x) * rows_per_block;
@@ -387,7 +390,16 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
           se += e[j][k];
           sex += e[j][k] * xh[j][k];
         }
-        store4(dg + row * dg_stride + c, dgv);
+        if (dg_part != nullptr) {  // Σ dg as stored (rounded to T)
+          store4_rounded(dg + row * dg_stride + c, dgv);
+          float ad[4];
+          load4(sd + c, ad);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) ad[k] += dgv[k];
+          store4(sd + c, ad);
+        } else {
+          store4(dg + row * dg_stride + c, dgv);
+        }
         store4(sw + c, aw);
         store4(sb + c, ab);
       }
@@ -406,11 +418,12 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
     }
   }
   __syncthreads();
-  for (int c = threadIdx.x; c < 2 * p.D; c += blockDim.x) {
+  for (int c = threadIdx.x; c < S; c += blockDim.x) {
     float s = 0;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += sums[w * 2 * p.D + c];
-    part[int64_t(blockIdx.x) * 2 * p.D + c] = s;
+    for (int w = 0; w < kWarps; ++w) s += sums[w * S + c];
+    if (c < 2 * p.D) part[int64_t(blockIdx.x) * 2 * p.D + c] = s;
+    else dg_part[int64_t(blockIdx.x) * p.D + c - 2 * p.D] = s;
   }
 }
 
@@ -566,12 +579,14 @@ void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, floa
 
 template <typename T>
 void backward_typed(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg, void* du, void* dv,
-                    float* norm_part, float* lepe_part, cudaStream_t st) {
+                    float* norm_part, float* lepe_part, float* dg_part, cudaStream_t st) {
   const int64_t rpb = ln_rows_per_block(p);
-  const size_t smem = size_t(kWarps) * 2 * p.D * sizeof(float);  // ≤ 48 KB for D ≤ 1536
+  const size_t smem = size_t(kWarps) * (dg_part != nullptr ? 3 : 2) * p.D * sizeof(float);  // ≤ 72 KB for D ≤ 1536
   with_nv(p.D, [&](auto nv) {
-    ln_gate_bwd<T, nv()><<<unsigned(ceil_div(p.B * p.N, rpb)), kWarps * 32, smem, st>>>(
-        p, static_cast<const T*>(dy), static_cast<const T*>(u), mean, rstd, static_cast<T*>(dg), static_cast<T*>(du), norm_part, rpb);
+    auto kernel = ln_gate_bwd<T, nv()>;
+    if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    kernel<<<unsigned(ceil_div(p.B * p.N, rpb)), kWarps * 32, smem, st>>>(p, static_cast<const T*>(dy), static_cast<const T*>(u), mean, rstd,
+                                                                          static_cast<T*>(dg), static_cast<T*>(du), norm_part, dg_part, rpb);
   });
   check_launch("ln_gate_bwd");
   if (p.ks == 0) return;
@@ -627,10 +642,10 @@ void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, float
 }
 
 void launch_gated_tail_backward(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg,
-                                void* du, void* dv, float* norm_part, float* lepe_part, void* stream) {
+                                void* du, void* dv, float* norm_part, float* lepe_part, float* dg_part, void* stream) {
   const auto st = static_cast<cudaStream_t>(stream);
-  if (p.bf16) backward_typed<__nv_bfloat16>(p, dy, u, mean, rstd, dg, du, dv, norm_part, lepe_part, st);
-  else backward_typed<float>(p, dy, u, mean, rstd, dg, du, dv, norm_part, lepe_part, st);
+  if (p.bf16) backward_typed<__nv_bfloat16>(p, dy, u, mean, rstd, dg, du, dv, norm_part, lepe_part, dg_part, st);
+  else backward_typed<float>(p, dy, u, mean, rstd, dg, du, dv, norm_part, lepe_part, dg_part, st);
 }
 
 }  // namespace nala::attention::cuda

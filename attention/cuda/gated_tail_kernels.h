@@ -61,8 +61,10 @@ void launch_gated_tail_y(const GatedTailParams& p, const void* u, void* y, float
 // dy (B, N, D) contiguous. Writes dg (B, N, D) (rows p.dg_row_stride apart, contiguous by default), du (see above), dv (B, N, D) contiguous
 // (the LePE part of ∂L/∂v; not written when ks = 0 or dv is null), and the partial sums over token chunks:
 // norm_part (ln_gate_backward_chunks, 2, D) = [Σ ∂L/∂norm_w, Σ ∂L/∂norm_b], lepe_part
-// (lepe_backward_chunks, ks·ks + 1, D) = [Σ ∂L/∂w per tap, Σ ∂L/∂lepe_b] (not written when ks = 0).
+// (lepe_backward_chunks, ks·ks + 1, D) = [Σ ∂L/∂w per tap, Σ ∂L/∂lepe_b] (not written when ks = 0);
+// where dg_part is set, (ln_gate_backward_chunks, D) = Σ dg as stored (rounded to the dtype): the
+// qkvg projection's bias gradient for g without a pass over dg (attention/gated_tail.h nala_mixer).
 void launch_gated_tail_backward(const GatedTailParams& p, const void* dy, const void* u, const float* mean, const float* rstd, void* dg,
-                                void* du, void* dv, float* norm_part, float* lepe_part, void* stream);
+                                void* du, void* dv, float* norm_part, float* lepe_part, float* dg_part, void* stream);
 
 }  // namespace nala::attention::cuda

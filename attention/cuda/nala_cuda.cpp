@@ -14,6 +14,8 @@
 
 #include "attention/cuda/nala_params.h"
 #include "attention/cuda/tensor_strides.h"
+#include "ops/cuda/column_sum.h"
+#include "ops/fused_ops.h"
 
 namespace nala::attention {
 
@@ -239,7 +241,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o_in, const NalaOptions& opt, const at::Tensor& lepe_w,
                                                                    int64_t grid_h, int64_t grid_w, const at::Tensor& dq_out, const at::Tensor& dk_out,
-                                                                   const at::Tensor& dv_out) {
+                                                                   const at::Tensor& dv_out, at::Tensor* column_sums) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const bool outs = dq_out.defined();
   TORCH_CHECK(outs == dk_out.defined() && outs == dv_out.defined(), "nala_backward_cuda: give dq_out, dk_out and dv_out together or none");
@@ -289,7 +291,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
       p.grid_w = int(grid_w);
       p.lepe_wt = wt_reversed.data_ptr<float>();
     }
+    at::Tensor sum_part;  // (B·ranks, 3, H, d): each CTA's column sums of dq, dk, dv
+    if (column_sums != nullptr && outs && lepe_w.defined() && ops::qkvg_column_sums_in_kernel()) {
+      sum_part = at::empty({int64_t(p.B) * p.chunks, 3, p.H, p.D}, q.options().dtype(at::kFloat));
+      poison({sum_part});
+      p.grad_sums = sum_part.data_ptr<float>();
+    }
     cuda::launch_nala_backward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
+    if (sum_part.defined()) *column_sums = nala::ops::cuda::sum_partials(sum_part);  // (3, H, d)
     return {dq, dk, dv};
   }
   TORCH_CHECK(!lepe_w.defined(), "nala_backward_cuda: LePE's gradient needs the one-pass backward, which does not take these tensors");

@@ -22,11 +22,15 @@ NalaForward nala_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at
 // the gradients go, (B, H, N, d) bf16 views with one set of strides, unit along d, 16-byte aligned rows
 // (the gated block's qkvg layout: nala_mixer with NALA_QKVG_GRADS_IN_PLACE); the one-pass backward writes
 // them in place, the chunked kernels into their own tensors, copied there. They are what it returns.
+// column_sums (with LePE and the outputs given): where the one-pass backward puts the three gradients'
+// sums over the batch's tokens as stored, (3, H, d) float32 (the qkvg projection's bias gradient for
+// q, k, v; qkvg_column_sums_in_kernel says where it computes them); left undefined where it does not.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o, const NalaOptions& opt, const at::Tensor& lepe_w = {},
                                                                    int64_t grid_h = 0, int64_t grid_w = 0, const at::Tensor& dq_out = {},
-                                                                   const at::Tensor& dk_out = {}, const at::Tensor& dv_out = {});
+                                                                   const at::Tensor& dk_out = {}, const at::Tensor& dv_out = {},
+                                                                   at::Tensor* column_sums = nullptr);
 // Whether the one-pass backward takes LePE's dv for these q, k, v (bf16, d 64 / 72, the one-pass
 // kernel's rule, LePE 3 or 5, the window of ∂L/∂u in the φ tile's memory).
 bool nala_lepe_backward_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, int64_t ks, int64_t grid_h,

@@ -85,6 +85,7 @@ template <int D, int FEAT, bool LO>
 static void onepass_backward_lo(const NalaKernelParams& P, cudaStream_t st) {
   constexpr int threads = OnePass<D, FEAT>::THREADS, bytes = OnePassBwd<D, FEAT, LO>::BYTES;
   if (P.lepe_ks == 0) {
+    if (P.grad_sums != nullptr) throw std::runtime_error("nala one-pass backward: the gradients' column sums come with LePE only");
     launch_clustered(onepass_backward_kernel<D, FEAT, LO>, P, threads, bytes, st, "backward");
     return;
   }
@@ -92,8 +93,13 @@ static void onepass_backward_lo(const NalaKernelParams& P, cudaStream_t st) {
     NalaKernelParams Q = P;
     int smem = bytes;
     Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
-    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, Q, threads, smem, st, "backward with LePE");
-    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, Q, threads, smem, st, "backward with LePE");
+    const bool sums = P.grad_sums != nullptr;
+    if (P.lepe_ks == 5)
+      return sums ? launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5, true>, Q, threads, smem, st, "backward with LePE and sums")
+                  : launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, Q, threads, smem, st, "backward with LePE");
+    if (P.lepe_ks == 3)
+      return sums ? launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3, true>, Q, threads, smem, st, "backward with LePE and sums")
+                  : launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, Q, threads, smem, st, "backward with LePE");
   }
   throw std::runtime_error("nala one-pass backward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
                            " features");

@@ -33,6 +33,9 @@ struct NalaKernelParams {
   // aligned); the host sets them, (H·N·D, N·D, D) when they are contiguous (B, H, N, D). The chunked
   // kernels write contiguous outputs and do not read them.
   int64_t grad_stride[3] = {0, 0, 0};
+  // the one-pass backward's column sums of dq, dk, dv as stored (bf16), over each CTA's tokens:
+  // (B·ranks, 3, H, D) float32, row b·ranks + rank (ranks: the cluster, p.chunks), parts q, k, v; null: none
+  float* grad_sums = nullptr;
   float* S = nullptr;
   float* z = nullptr;
   float* den = nullptr;

@@ -8,6 +8,9 @@
 //   phase 2  its k, v tiles: φ_k; dv = φ_k dS / N; dφ_k = [v | 1] dS'ᵀ / N (the ones column adds
 //            dz) → dk through φ_k's backward
 // Every product is bf16 mma.sync with fp32 accumulation; S and dS' enter as hi + lo pairs.
+// With P.grad_sums, also the column sums of dq, dk, dv as stored over the rank's tokens (qkvg's bias
+// gradient without a pass over the gradients): warp_token_sums per tile into registers, the 8 warps
+// added in order at the end of each phase (flush_column_sums).
 #pragma once
 #include "attention/cuda/onepass_kernels.cuh"
 
@@ -30,7 +33,53 @@ struct OnePassBwd {
   static constexpr int SR_LO = SR_HI + O::Fp * LDSR * 2, ZS = SR_LO + (LO ? O::Fp * LDSR * 2 : 0), CPART = ZS + O::Fp * 4,
                        DINV = CPART + 2 * TILE * 4, BYTES = DINV + TILE * 4;
   static constexpr int MIN_BLOCKS = BYTES <= 112 * 1024 ? 2 : 1;  // CTAs an SM that shared memory allows
+  // the column sums' per-warp rows at a phase's end (8 warps × D floats, twice): past the partial
+  // state, which the reduce writes then, inside the work tiles, which no phase reads then
+  static constexpr int SUMS = O::ACC_END;
+  static_assert(SUMS + 2 * 8 * D * 4 <= WORK_END && O::THREADS == 256, "the column sums' rows: 8 warps, inside the work tiles");
 };
+
+// A phase's column sums (warp_token_sums in acc): every warp's lanes put theirs in red (8 warps × D
+// floats), then thread c < D adds the 8 warps in order into P.grad_sums[row][part][h][c]. red is
+// read after this returns: it must stay untouched until the block's next barrier.
+template <int D, int CPL>
+__device__ __forceinline__ void flush_column_sums(const float (&acc)[CPL], float* red, const NalaKernelParams& P, int64_t row, int part, int h) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, first = warp_sum_first<CPL>(lane);
+#pragma unroll
+  for (int j = 0; j < CPL; ++j) {
+    const int ch = warp_sum_channel(lane, first + j);
+    if (ch < D) red[warp * D + ch] = acc[j];
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) s += red[w * D + c];
+    P.grad_sums[((row * 3 + part) * P.H + h) * D + c] = s;
+  }
+}
+
+// The warp's column sums of a staged bf16 tile's rows (leading dimension LD; this thread's row my_t,
+// its chunks lane % 4 + 4k; an invalid row counts 0) added into acc (warp_token_sums).
+template <int D, int LD, int CPL>
+__device__ __forceinline__ void tile_column_sums(const __nv_bfloat16* tile, int my_t, bool valid, float (&acc)[CPL]) {
+  constexpr int CH = D / 8;
+  const int lane = threadIdx.x % 4;
+  float x[CPL][8];
+#pragma unroll
+  for (int k = 0; k < CPL; ++k) {
+    const int c = lane + 4 * k;
+    const uint4 raw = valid && c < CH ? *reinterpret_cast<const uint4*>(tile + my_t * LD + 8 * c) : make_uint4(0, 0, 0, 0);
+    const unsigned* w = reinterpret_cast<const unsigned*>(&raw);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 f = cuda_vec::unpack_bf16x2(w[u]);
+      x[k][2 * u] = f.x;
+      x[k][2 * u + 1] = f.y;
+    }
+  }
+  warp_token_sums(x, acc);
+}
 
 // A token tile of grad_o as bf16 rows g = do / den (NP columns, zero from D on; rows past the end
 // zero), with 1/den per token kept in dinv: fetch() into registers, commit() into the tile.
@@ -82,7 +131,8 @@ struct GradTile {
 // KS > 0 (P.lepe_ks == KS): LePE's part of dv added as phase 2 writes dv (onepass_kernels.cuh
 // lepe_rows_out): the tile's window of grad_o (= ∂L/∂u) copied into the φ tile's memory once the
 // products have read φ, P.lepe_wt the taps reversed.
-template <int D, int FEAT, bool LO, int KS = 0>
+// SUMS (P.grad_sums set): the column sums too, a kernel of its own so that the plain one keeps its registers.
+template <int D, int FEAT, bool LO, int KS = 0, bool SUMS = false>
 __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onepass_backward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
   using L = OnePassBwd<D, FEAT, LO>;
@@ -143,6 +193,10 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   const int my_t = threadIdx.x / TPT;  // this thread's token of a tile
   T* phi_row = phi + my_t * O::LDPH;    // its row of the φ tile
   const float* dphi_row = dphi + my_t * L::LDDP;
+  constexpr int CPL = TileFetch<T, D, TILE, O::THREADS>::CH;  // a thread's 16-byte chunks of its token
+  constexpr bool sums = SUMS;
+  const int64_t sum_row = int64_t(b) * ranks + rank;  // this CTA's row of P.grad_sums
+  float qsum[CPL] = {};
   for (int t0 = begin; t0 < end; t0 += TILE) {
     if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
       fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
@@ -203,11 +257,12 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     }
     __syncthreads();
     accumulate_state<D, FEAT>(acc, phi, gs);
-    token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t));
+    token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t), sums, qsum);
     __syncthreads();
     fq = fq_next;
     fg = fg_next;
   }
+  if constexpr (SUMS) flush_column_sums<D>(qsum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 0, h);  // SUMS: past what store_partial writes
   store_partial<D, FEAT>(acc, accs);
   // the first k, v tile's loads fly through the reduce
   const T* kp = static_cast<const T*>(P.k);
@@ -219,6 +274,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
 
   // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
+  float ksum[CPL] = {}, vsum[CPL] = {};
   for (int t0 = begin; t0 < end; t0 += TILE) {
     if (t0 + TILE < end) {
       fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
@@ -252,12 +308,20 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
     if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
     __syncthreads();
-    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, taps, gs, b, h, t0, min(TILE, end - t0));
+    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, taps, gs, b, h, t0, min(TILE, end - t0), sums ? gs : nullptr);
     else copy_rows_out<D, O::LDV, TILE, O::THREADS>(grad_row(P.dv, P, b, h, t0), P.grad_stride[2], gs, end - t0);
-    token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, grad_row(P.dk, P, b, h, t0 + my_t));
+    token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, grad_row(P.dk, P, b, h, t0 + my_t), sums, ksum);
+    if constexpr (SUMS) {
+      if constexpr (KS > 0) __syncthreads();  // every row of gs holds dv as stored (lepe_rows_out's back)
+      tile_column_sums<D, O::LDV>(gs, my_t, t0 + my_t < end, vsum);
+    }
     __syncthreads();
     fk = fk_next;
     fv = fv_next;
+  }
+  if constexpr (SUMS) {
+    flush_column_sums<D>(ksum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 1, h);
+    flush_column_sums<D>(vsum, reinterpret_cast<float*>(sm + L::SUMS) + 8 * D, P, sum_row, 2, h);
   }
 }
 

@@ -267,7 +267,8 @@ __device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, c
 // read once for the run, and where the run lies in one grid row each window row's LEPE_RUN + ks − 1
 // positions are read once for all its taps (a run that crosses a row or the end reads per token).
 // Each output's sum is the same either way: bias (forward), then the taps row by row, fmaf.
-// Forward: u (B, N, H·D) at P.u; backward: dv at P.dv (strides P.grad_stride).
+// Forward: u (B, N, H·D) at P.u; backward: dv at P.dv (strides P.grad_stride), and where back is
+// set (the staging tile itself: each output goes back to the position it read) dv as stored.
 constexpr int LEPE_RUN = 4;
 __device__ __forceinline__ void bf16x4_to_float(uint2 raw, float (&f)[4]) {
   const float2 a = cuda_vec::unpack_bf16x2(raw.x), c = cuda_vec::unpack_bf16x2(raw.y);
@@ -283,7 +284,7 @@ __device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw
 }
 template <int D, int KS, int LD, int THREADS, bool BWD>
 __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, LepeTaps taps,
-                                              const __nv_bfloat16* tile, int b, int h, int t0, int rows) {
+                                              const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back = nullptr) {
   constexpr int C4 = D / 4, R = KS / 2, RUN = LEPE_RUN, SPAN = RUN + KS - 1;
   static_assert(D % 4 == 0, "LePE in the kernels reads 4 channels at a time");
   const int Dm = P.H * D, runs = (rows + RUN - 1) / RUN;
@@ -355,6 +356,7 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
       __nv_bfloat16* dst = BWD ? grad_row(P.dv, P, b, h, n + p) + 4 * c
                                : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n + p) * Dm + ch;
       *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o2);
+      if (BWD && back != nullptr) *reinterpret_cast<uint2*>(back + (t + p) * LD + 4 * c) = *reinterpret_cast<const uint2*>(o2);
     }
   }
 }

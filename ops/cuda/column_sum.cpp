@@ -36,4 +36,16 @@ at::Tensor column_sum(const at::Tensor& x) {
   return out;
 }
 
+at::Tensor sum_partials(const at::Tensor& part) {
+  TORCH_CHECK(part.is_cuda() && part.scalar_type() == at::kFloat && part.is_contiguous() && part.dim() >= 1,
+              "sum_partials: needs contiguous float32 CUDA partial sums (K, ...), got ", part.sizes(), " ", part.scalar_type());
+  const c10::cuda::CUDAGuard guard(part.device());
+  const int64_t K = part.size(0), C = K == 0 ? 0 : part.numel() / K;
+  TORCH_CHECK(K <= INT32_MAX && C <= INT32_MAX, "sum_partials: ", part.sizes(), " is too large");
+  at::Tensor out = at::empty(part.sizes().slice(1), part.options());  // part.shape[1:]
+  if (K == 0) return out.zero_();
+  if (C > 0) launch_column_sum_final(part.data_ptr<float>(), int(K), int(C), out.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+  return out;
+}
+
 }  // namespace nala::ops::cuda

@@ -1,7 +1,8 @@
 // Σ over the rows of a (R, C) matrix (parameters: column_sum_kernels.h). Stage 1: a block owns
 // 32·V columns (a lane V = 16 bytes of them) and a range of rows; its 8 warps take every 8th row,
 // four rows' loads in flight a lane, and add their float32 sums in warp order into the block's
-// partial. Stage 2: a thread a column adds the partials in row-range order. No atomics.
+// partial. Stage 2 (column_sum_final): a block owns 32 columns, its 8 warps take every 8th partial,
+// eight loads in flight a lane, and the 8 warp sums are added in warp order. No atomics.
 #include "ops/cuda/column_sum_kernels.h"
 
 #include <cuda_bf16.h>
@@ -62,13 +63,27 @@ __global__ void __launch_bounds__(kWarps * 32) column_sum_partial(const T* __res
   }
 }
 
-__global__ void column_sum_final(const float* __restrict__ part, int splits, int C, float* __restrict__ out) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+// A thread a column adding all the partials in turn took 6-10 µs a launch (264 partials of 384
+// columns: 2 blocks on 132 SMs, one dependent chain of loads a column; 50 launches a DiT-S/2 step,
+// 0.3-0.5 ms, docs/benchmarks.md); 8 warps a column block shorten the chain 8 times.
+__global__ void __launch_bounds__(kWarps * 32) column_sum_final(const float* __restrict__ part, int splits, int C, float* __restrict__ out) {
+  __shared__ float sums[kWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
   float s = 0;
-  for (int k = 0; k < splits; ++k) s += part[int64_t(k) * C + c];
-  out[c] = s;
+  if (c < C) {
+#pragma unroll 8
+    for (int k = warp; k < splits; k += kWarps) s += part[int64_t(k) * C + c];
+  }
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && c < C) {
+    float t = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) t += sums[w][lane];
+    out[c] = t;
+  }
 }
+unsigned final_blocks(int C) { return unsigned((C + 31) / 32); }
 
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
@@ -80,7 +95,7 @@ void launch_typed(const ColumnSumParams& p, cudaStream_t st) {
   const dim3 grid(unsigned(p.col_blocks), unsigned(p.splits));
   column_sum_partial<T><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(p.x), p.R, p.C, p.rows_per_block, p.part);
   check_launch("column_sum_partial");
-  column_sum_final<<<unsigned((p.C + 255) / 256), 256, 0, st>>>(p.part, p.splits, p.C, p.out);
+  column_sum_final<<<final_blocks(p.C), kWarps * 32, 0, st>>>(p.part, p.splits, p.C, p.out);
   check_launch("column_sum_final");
 }
 
@@ -98,7 +113,7 @@ void column_sum_plan(ColumnSumParams& p, int sms) {
 }
 
 void launch_column_sum_final(const float* part, int splits, int C, float* out, void* stream) {
-  column_sum_final<<<unsigned((C + 255) / 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(part, splits, C, out);
+  column_sum_final<<<final_blocks(C), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(part, splits, C, out);
   check_launch("column_sum_final");
 }
 

@@ -343,12 +343,16 @@ TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
 // element; the paths taken are counted. The attention kernels' outputs are poisoned (NaN) before they
 // run, and the in-place path runs first, after a NaN tensor of the buffer's size went back to the
 // allocator (whose block the buffer likely gets), so a row no kernel writes shows as NaN, not as the
-// gathered path's values left in freed memory.
+// gathered path's values left in freed memory. With NALA_QKVG_COLUMN_SUMS the kernels also sum the
+// buffer's columns as they write it (the one-pass backward per warp and tile, ln_gate_bwd per block;
+// their partial sums poisoned too) and the split takes those as qkvg's bias gradient (counted): again
+// every other gradient bit for bit, the bias within 1e-5. The shapes: 1-4 ranks a (batch, head), d 64
+// and 72, LePE 5 and 3, and 126 tokens (a last tile of 62).
 TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
   struct C {
     int64_t B, H, d, gh, gw, ks;
   };
-  const bool was = qkvg_grads_in_place(), recompute_was = recompute_saved();
+  const bool was = qkvg_grads_in_place(), sums_was = qkvg_column_sums_in_kernel(), recompute_was = recompute_saved();
   set_lepe_in_attention(2);  // the path under test, whatever the environment says
   set_recompute_saved(false);
   set_nala_cuda_kernel(NalaCudaKernel::OnePass);
@@ -363,12 +367,14 @@ TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
     const at::Tensor x0 = at::randn({c.B, N, D}, at::TensorOptions().device(at::kCUDA)), w = at::randn({c.B, N, D}, x0.options());
     const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " d" + std::to_string(c.d) + " grid " + std::to_string(c.gh) +
                              "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks);
-    auto run = [&](bool in_place) {
+    auto run = [&](bool in_place, bool sums) {
       set_qkvg_grads_in_place(in_place);
+      set_qkvg_column_sums_in_kernel(sums);
       blk->zero_grad();
       const at::Tensor x = x0.clone().requires_grad_(true);
       at::full({c.B, N, 4, c.H, c.d}, std::numeric_limits<float>::quiet_NaN(), x0.options().dtype(at::kBFloat16));  // freed at once
-      const int64_t bwd0 = lepe_in_attention_backward_runs(), placed0 = qkvg_grads_in_place_runs(), taken0 = split_heads_assembled_backwards();
+      const int64_t bwd0 = lepe_in_attention_backward_runs(), placed0 = qkvg_grads_in_place_runs(), taken0 = split_heads_assembled_backwards(),
+                    summed0 = split_heads_offered_sums_taken();
       at::Tensor y;
       {
         Autocast ac(true);
@@ -378,26 +384,31 @@ TEST_F(GatedTailKernels, QkvgGradientsWrittenInPlace) {
       EXPECT_EQ(lepe_in_attention_backward_runs() - bwd0, 1) << what << ": the backward with LePE in the kernel did not run";
       EXPECT_EQ(qkvg_grads_in_place_runs() - placed0, in_place ? 1 : 0) << what << ", in place " << in_place;
       EXPECT_EQ(split_heads_assembled_backwards() - taken0, in_place ? 1 : 0) << what << ", in place " << in_place;
+      EXPECT_EQ(split_heads_offered_sums_taken() - summed0, in_place && sums ? 1 : 0) << what << ", in place " << in_place << ", sums " << sums;
       std::vector<std::pair<std::string, at::Tensor>> r{{"y", y.detach()}, {"d x", x.grad()}};
       for (const auto& p : blk->named_parameters()) r.emplace_back("d " + p.key(), p.value().grad().clone());
       return r;
     };
-    const auto placed = run(true), gathered = run(false);
-    ASSERT_EQ(gathered.size(), placed.size());
-    for (size_t i = 0; i < gathered.size(); ++i) {
-      const auto& [name, a] = gathered[i];
-      const at::Tensor& b = placed[i].second;
-      ASSERT_TRUE(a.defined() && b.defined()) << what << " " << name;
-      if (name == "d qkvg.bias") {
-        const double err = (a - b).abs().max().item<double>() / a.abs().max().item<double>();
-        EXPECT_LE(err, 1e-5) << what << " " << name;
-        std::printf("  %-34s qkvg.bias relative difference %.2e\n", what.c_str(), err);
-      } else {
-        EXPECT_TRUE(at::equal(a, b)) << what << " " << name << ": relative difference " << rel(a, b);
+    const auto summed = run(true, true), placed = run(true, false), gathered = run(false, false);
+    for (const auto* other : {&placed, &summed}) {
+      const std::string how = other == &summed ? "in place with the kernels' sums" : "in place, column sum";
+      ASSERT_EQ(gathered.size(), other->size());
+      for (size_t i = 0; i < gathered.size(); ++i) {
+        const auto& [name, a] = gathered[i];
+        const at::Tensor& b = (*other)[i].second;
+        ASSERT_TRUE(a.defined() && b.defined()) << what << " " << name;
+        if (name == "d qkvg.bias") {
+          const double err = (a - b).abs().max().item<double>() / a.abs().max().item<double>();
+          EXPECT_LE(err, 1e-5) << what << " " << name << ", " << how;
+          std::printf("  %-34s qkvg.bias relative difference %.2e (%s)\n", what.c_str(), err, how.c_str());
+        } else {
+          EXPECT_TRUE(at::equal(a, b)) << what << " " << name << ", " << how << ": relative difference " << rel(a, b);
+        }
       }
     }
   }
   set_qkvg_grads_in_place(was);
+  set_qkvg_column_sums_in_kernel(sums_was);
   set_recompute_saved(recompute_was);
   reset_lepe_in_attention();
   set_nala_cuda_poison(false);

@@ -48,6 +48,24 @@ TEST_F(LinearCuda, ColumnSumMatchesFloat64) {
   EXPECT_FALSE(nala::ops::cuda::column_sum_supported(at::randn({4, 6}, at::kCUDA).to(at::kBFloat16)));  // 12-byte rows
 }
 
+// sum_partials (the column sum's second stage on a kernel's own partial sums, as the gated tail's
+// backward hands them over): the sum over the first dimension against float64, bitwise repeatable,
+// for partial counts around the 8 warps a column block takes and column counts not a multiple of 32.
+TEST_F(LinearCuda, SumPartialsMatchesFloat64) {
+  for (auto shape : {std::vector<int64_t>{528, 2, 384}, {264, 26, 384}, {1, 2, 72}, {7, 5}, {9, 1}, {0, 3}}) {
+    torch::manual_seed(shape[0] + 1);
+    const at::Tensor part = at::randn(shape, at::kCUDA);
+    const at::Tensor s = nala::ops::cuda::sum_partials(part), s2 = nala::ops::cuda::sum_partials(part);
+    const at::Tensor truth = part.to(at::kDouble).sum(0);
+    ASSERT_EQ(s.sizes(), truth.sizes());
+    EXPECT_TRUE(at::equal(s, s2)) << "not bitwise repeatable";
+    const double e = shape[0] == 0 ? s.abs().max().item<double>() : rel(s, truth);
+    std::printf("  sum_partials %s rel err %.2e\n", c10::str(shape).c_str(), e);
+    EXPECT_LT(e, 1e-6) << c10::str(shape);
+  }
+  EXPECT_THROW(nala::ops::cuda::sum_partials(at::randn({4, 6}, at::kCUDA).t()), c10::Error);  // not contiguous
+}
+
 TEST_F(LinearCuda, LinearEqualsAtLinear) {
   for (bool bf16 : {false, true}) {
     for (auto sizes : {std::vector<int64_t>{64, 256, 384}, std::vector<int64_t>{5, 7, 384}}) {

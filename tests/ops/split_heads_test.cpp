@@ -166,6 +166,44 @@ TEST(SplitHeads, GradientsAlreadyInTheProjectionLayoutAreTakenAsTheyAre) {
   }
 }
 
+// offer_parts_column_sums: sums offered with the very buffer whose views come back as the parts'
+// gradients become the bias gradient (counted), once: the next backward with the same buffer, and one
+// whose buffer is another tensor of the same values, take the column sum. x's and w's gradients never
+// change. Sums of the wrong size are an error naming the sizes.
+TEST(SplitHeads, OfferedColumnSumsBecomeTheBiasGradient) {
+  torch::manual_seed(5);
+  const int64_t B = 2, N = 5, P = 4, H = 3, d = 4, D = 6;
+  torch::nn::Linear m(D, P * H * d);
+  const at::Tensor x0 = at::randn({B, N, D});
+  const at::Tensor buf = at::randn({B, N, P, H, d}), twin = buf.clone();  // the gradients, in the projection's layout
+  const at::Tensor column_sum = buf.to(at::kDouble).reshape({B * N, -1}).sum(0);  // (P·H·d), the oracle in float64
+  const at::Tensor offer = at::arange(P * H * d, at::kFloat) + 0.5;          // values no column sum has here
+  auto run = [&](const at::Tensor& src) {
+    const at::Tensor x = x0.clone().requires_grad_(true);
+    m->zero_grad();
+    const auto parts = linear_split_heads_op(x, m->weight, m->bias, P, H);  // P × (B, N, H, d)
+    std::vector<at::Tensor> grads;
+    for (int64_t i = 0; i < P; ++i) grads.push_back(src.select(2, i));
+    const int64_t before = split_heads_offered_sums_taken();
+    torch::autograd::backward({parts.begin(), parts.end()}, grads);
+    return std::make_tuple(split_heads_offered_sums_taken() - before, x.grad().clone(), m->weight.grad().clone(), m->bias.grad().clone());
+  };
+  offer_parts_column_sums(buf, offer);
+  const auto [taken, dx, dw, db] = run(buf);
+  EXPECT_EQ(taken, 1) << "the offer for this very buffer was not taken";
+  EXPECT_TRUE(at::equal(db, offer)) << "the bias gradient is not the offered sums";
+  const auto [taken_again, dx_again, dw_again, db_again] = run(buf);
+  EXPECT_EQ(taken_again, 0) << "an offer was taken twice";
+  EXPECT_LT((db_again.to(at::kDouble) - column_sum).abs().max().item<double>(), 1e-4) << "without an offer: the column sum";
+  offer_parts_column_sums(buf, offer);
+  const auto [taken_twin, dx_twin, dw_twin, db_twin] = run(twin);
+  EXPECT_EQ(taken_twin, 0) << "an offer for another buffer was taken";
+  EXPECT_TRUE(at::equal(db_twin, db_again));
+  for (const auto& [a, b, name] : {std::tuple{dx, dx_again, "x"}, {dw, dw_again, "weight"}, {dx_twin, dx_again, "x (twin)"}, {dw_twin, dw_again, "weight (twin)"}})
+    EXPECT_TRUE(at::equal(a, b)) << name << " gradient changed with the offer";
+  EXPECT_THROW(offer_parts_column_sums(buf, at::zeros({P * H * d + 1})), c10::Error);
+}
+
 // The same for split_heads alone (no projection): parts' gradients that are views of one buffer in
 // the (B, N, P, H, d) layout, here at a non-zero storage offset, come back as that buffer, equal to the
 // gathered result of the same values; a second gradient of the repeated part is gathered and added.
