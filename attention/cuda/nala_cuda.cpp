@@ -199,6 +199,10 @@ void keep_state(cuda::NalaKernelParams& p, NalaForward& r, const at::TensorOptio
 void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
+void set_nala_onepass_ranks(int ranks) {
+  TORCH_CHECK(ranks == 0 || ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8, "set_nala_onepass_ranks: 0 (the rule), 1, 2, 4 or 8, got ", ranks);
+  g_onepass_ranks.value = ranks;
+}
 NalaCudaKernel nala_cuda_kernel() { return current_kernel(); }
 
 NalaForward nala_forward_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt,

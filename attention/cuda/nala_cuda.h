@@ -65,5 +65,8 @@ NalaCudaKernel nala_cuda_kernel();
 // sets the start value).
 enum class OnePassBackwardState { Auto, HiLo, Bf16 };
 void set_nala_onepass_backward_state(OnePassBackwardState s);
+// The one-pass kernels' ranks a (batch, head), as NALA_ONEPASS_RANKS sets them (tests): 0 the automatic
+// rule, 1, 2, 4 or 8 (at most one a tile).
+void set_nala_onepass_ranks(int ranks);
 
 }  // namespace nala::attention

@@ -334,6 +334,68 @@ TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
   set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }
 
+// The column sums the kernels make as they write the gradients in place (NALA_QKVG_COLUMN_SUMS), each
+// against the float64 sum of what they stored: the one-pass backward with LePE (nala_backward_cuda's
+// column_sums: dq, dk, dv) and ln_gate_bwd (gated_tail_backward's g_sum). Only nala's kernels and ATen's
+// element-wise ones run (no GEMM), so compute-sanitizer's racecheck can take it whole. Shapes: d 64 with
+// LePE 5 on a 16 × 16 grid and d 72 with LePE 3 on a 9 × 14 grid (a last tile of 62 tokens); the
+// one-pass kernels forced, over 1 rank a (batch, head) and over the automatic split's 4 and 2 ranks at
+// these few pairs (each CTA its own row of partial sums), both backward states; the buffer and the
+// partial sums poisoned (NaN) first.
+TEST_F(GatedTailKernels, ColumnSumsOfTheGradientsAsStored) {
+  struct C {
+    int64_t B, H, d, gh, gw, ks;
+  };
+  const bool sums_was = qkvg_column_sums_in_kernel();
+  set_qkvg_column_sums_in_kernel(true);
+  set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+  set_nala_cuda_poison(true);
+  for (const int ranks : {1, 0})
+  for (const OnePassBackwardState state : {OnePassBackwardState::HiLo, OnePassBackwardState::Bf16})
+    for (const C& c : {C{3, 6, 64, 16, 16, 5}, C{2, 5, 72, 9, 14, 3}}) {
+      set_nala_onepass_ranks(ranks);
+      set_nala_onepass_backward_state(state);
+      torch::manual_seed(8);
+      const int64_t N = c.gh * c.gw, D = c.H * c.d;
+      const auto act = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16), par = at::TensorOptions().device(at::kCUDA);
+      const at::Tensor qkvg = at::randn({c.B, N, 4, c.H, c.d}, act);
+      auto head_view = [&](const at::Tensor& t, int64_t i) { return t.select(2, i).transpose(1, 2); };  // (B, H, N, d)
+      const at::Tensor q = head_view(qkvg, 0), k = head_view(qkvg, 1), v = head_view(qkvg, 2);
+      const at::Tensor v_tok = qkvg.select(2, 2).reshape({c.B, N, D}), g = qkvg.select(2, 3).reshape({c.B, N, D});  // (B, N, D) views
+      const at::Tensor lw = 0.2 * at::randn({D, 1, c.ks, c.ks}, par), lb = 0.1 * at::randn({D}, par);
+      const at::Tensor nw = 1 + 0.3 * at::randn({D}, par), nb = 0.2 * at::randn({D}, par);
+      const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " d" + std::to_string(c.d) + " grid " +
+                               std::to_string(c.gh) + "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks) +
+                               (state == OnePassBackwardState::HiLo ? " hi+lo" : " bf16 state") + (ranks == 1 ? ", 1 rank" : ", ranks by the rule");
+      const NalaOptions opt;
+      ASSERT_TRUE(nala_lepe_backward_takes(q, k, v, opt, c.ks, c.gh, c.gw)) << what;
+      const NalaForward f = nala_forward_cuda(q, k, v, opt, true);  // o and the state (B, H, N, d)
+      const cuda::GatedTailSaved t = cuda::gated_tail_forward(f.o, v_tok, g, lw, lb, nw, nb, c.gh, c.gw, 1e-5, true);
+      const at::Tensor dy = at::randn({c.B, N, D}, act);
+      const at::Tensor buf = at::full({c.B, N, 4, c.H, c.d}, std::numeric_limits<float>::quiet_NaN(), act);  // the gradients in qkvg's layout
+      const cuda::GatedTailGrads r =
+          cuda::gated_tail_backward(dy, c.H, v_tok, g, lw, nw, nb, t.u, t.mean, t.rstd, c.gh, c.gw, false, buf.select(2, 3).reshape({c.B, N, D}));
+      at::Tensor sums;  // (3, H, d)
+      nala_backward_cuda(q, k, v, f.S, f.z, f.den, r.o, opt, lw, c.gh, c.gw, head_view(buf, 0), head_view(buf, 1), head_view(buf, 2), &sums);
+      ASSERT_TRUE(sums.defined() && r.g_sum.defined()) << what << ": no column sums";
+      const at::Tensor truth = buf.to(at::kDouble).sum(at::IntArrayRef{0, 1});  // (4, H, d) of what the kernels stored
+      ASSERT_EQ(sums.sizes(), truth.narrow(0, 0, 3).sizes());
+      const double eq = (sums.to(at::kDouble) - truth.narrow(0, 0, 3)).abs().max().item<double>() / truth.narrow(0, 0, 3).abs().max().item<double>();
+      const double eg = (r.g_sum.to(at::kDouble) - truth.select(0, 3).reshape({D})).abs().max().item<double>() / truth.select(0, 3).abs().max().item<double>();
+      std::printf("  %-40s column sums of dq, dk, dv %.2e, of dg %.2e relative to float64\n", what.c_str(), eq, eg);
+      EXPECT_LT(eq, 1e-5) << what << ": dq, dk, dv";  // float32 sums of ≤ 768 exact bf16 values a column
+      EXPECT_LT(eg, 1e-5) << what << ": dg";
+      at::Tensor again;
+      nala_backward_cuda(q, k, v, f.S, f.z, f.den, r.o, opt, lw, c.gh, c.gw, head_view(buf, 0), head_view(buf, 1), head_view(buf, 2), &again);
+      EXPECT_TRUE(at::equal(again, sums)) << what << ": not bitwise repeatable";
+    }
+  set_nala_onepass_ranks(0);
+  set_nala_onepass_backward_state(OnePassBackwardState::Auto);
+  set_nala_cuda_kernel(NalaCudaKernel::Auto);
+  set_nala_cuda_poison(false);
+  set_qkvg_column_sums_in_kernel(sums_was);
+}
+
 // NALA_QKVG_GRADS_IN_PLACE (ops/fused_ops.h): the gated block as the model runs it (qkvg's projection and
 // split, nala_mixer with LePE in both attention kernels, the projection), bf16 autocast, the one-pass
 // kernels forced; with the switch the one-pass backward and the LayerNorm-gate kernel write q's, k's,
