@@ -74,7 +74,7 @@ Saved forward_aten(const at::Tensor& o, const at::Tensor& v, const at::Tensor& g
 
 struct Grads {
   at::Tensor o, v, g, lepe_w, lepe_b, norm_w, norm_b;
-  at::Tensor g_sum;  // (D) float32 Σ ∂L/∂g as stored: the kernels with dg_out and NALA_QKVG_COLUMN_SUMS only
+  at::Tensor g_sum;  // (D) float32 Σ ∂L/∂g as stored: the kernels with dg_out and dg_sum only
 };
 
 // The backward by hand. With y = n·s, n = x̂·w + b, s = SiLU(g) = g·σ(g), x̂ = (u − μ)·r:
@@ -141,10 +141,10 @@ bool tail_backward_kernels(int64_t heads, const at::Tensor& v, const at::Tensor&
 // attention's backward to add (nala_mixer).
 Grads tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                     const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd,
-                    int64_t gh, int64_t gw, bool lepe_dv = true, const at::Tensor& dg_out = {}) {
+                    int64_t gh, int64_t gw, bool lepe_dv = true, const at::Tensor& dg_out = {}, bool dg_sum = false) {
 #ifdef NALA_WITH_CUDA
   if (tail_backward_kernels(heads, v, g, lepe_w, u, mean)) {
-    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv, dg_out);
+    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv, dg_out, dg_sum);
     return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b, k.g_sum};
   }
 #endif
@@ -414,18 +414,24 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     // with lepe_bwd and NALA_QKVG_GRADS_IN_PLACE, the four gradients written into one buffer in qkvg's
     // layout (ops/fused_ops.h), so that the split's backward has nothing to gather
     const at::Tensor whole = lepe_bwd && ops::qkvg_grads_in_place() ? qkvg_gradient_buffer(q, k, v, g) : at::Tensor();  // (B, N, 4, H, d)
+    // and with NALA_QKVG_COLUMN_SUMS the kernels that write them sum their columns too (qkvg's bias
+    // gradient), where the one-pass backward has its summing kernel (head dim 64: nala_backward_sums_columns)
+    bool sums = false;
+#ifdef NALA_WITH_CUDA
+    sums = whole.defined() && ops::qkvg_column_sums_in_kernel() && nala_backward_sums_columns(q.size(3));
+#endif
     // ∂L/∂u as t.o (B, H, N, d); with lepe_bwd LePE's ∂L/∂v is the attention backward's to add (t.v undefined)
     Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw, !lepe_bwd,
-                            whole.defined() ? whole.select(2, 3).reshape(g.sizes()) : at::Tensor());
+                            whole.defined() ? whole.select(2, 3).reshape(g.sizes()) : at::Tensor(), sums);
     const NalaForward state{at::Tensor(), sv[3], sv[4], sv[5]};
     at::Tensor dq, dk, dv;  // (B, H, N, d) ×3
 #ifdef NALA_WITH_CUDA
     if (lepe_bwd) {
       if (whole.defined()) {
         auto part = [&](int64_t i) { return whole.select(2, i).transpose(1, 2); };  // (B, H, N, d) view
-        at::Tensor qkv_sums;  // (3, H, d): the kernel's column sums of dq, dk, dv (NALA_QKVG_COLUMN_SUMS)
-        std::tie(dq, dk, dv) =
-            nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2), &qkv_sums);
+        at::Tensor qkv_sums;  // (3, H, d): the kernel's column sums of dq, dk, dv (with sums)
+        std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2),
+                                                  sums ? &qkv_sums : nullptr);
         ++g_qkvg_grads_in_place_runs;
         // with g's, all of qkvg's bias gradient: the split's backward takes it instead of summing the buffer
         if (qkv_sums.defined() && t.g_sum.defined()) ops::offer_parts_column_sums(whole, at::cat({qkv_sums.reshape({-1}), t.g_sum}));

@@ -168,8 +168,10 @@ void set_qkvg_grads_in_place(bool on);
 // ln_gate_bwd: per-block sums; attention/cuda/onepass_backward.cuh), handed to the split's backward
 // (ops/split_heads.h offer_parts_column_sums) as qkvg's bias gradient, so that the column sum's pass
 // over the (B, N, 4, H, d) gradient goes (≈ 72 µs a NaLaDiT-S/2 block at batch 256 on an H100,
-// 2026-12-06). The same float32 sums of the same bf16 values in another order. 0: the column sum.
-// Any other value is an error.
+// 2026-12-06; NaLaDiT-S/2's step 42.5 → 42.1-42.2 ms). Head dim 64 only (NaLaDiT-S/B/L): at 72 (XL) the
+// summing kernel lost 1.2 ms a step and is not built (attention/cuda/nala_params.h onepass_backward_sums).
+// The same float32 sums of the same bf16 values in another order. 0: the column sum. Any other value
+// is an error.
 bool qkvg_column_sums_in_kernel();
 void set_qkvg_column_sums_in_kernel(bool on);
 // That pass as a persistent grid staging each warp's next row of x and y in shared memory by

@@ -19,6 +19,8 @@ mkdir -p "$out" "$logs"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(build tests smoke)
 export NALA_FASHION_MNIST="$root/.carry/fashion-mnist"
+# the smoke subset (scripts/prepare_carry.sh) where the whole set was not carried
+[ -d "$NALA_FASHION_MNIST" ] || [ ! -d "$root/.carry/fashion-mnist-smoke" ] || NALA_FASHION_MNIST="$root/.carry/fashion-mnist-smoke"
 summary="$out/summary.txt"
 : > "$summary"
 note() { printf '%s\n' "$*" | tee -a "$summary"; }

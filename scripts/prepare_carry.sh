@@ -19,6 +19,25 @@ cp -r /usr/include/nlohmann "$dst/include/"
 cp /usr/include/cxxopts.hpp "$dst/include/"
 cp -r /usr/include/gloo "$dst/include/"
 cp /usr/share/datasets/fashion-mnist/*.gz "$dst/fashion-mnist/"
+# the smoke step's Fashion-MNIST: the first 12,000 training images and labels (valid idx files: the
+# loader reads the count from the header) and the whole test split, 10 MB instead of 31, so that a call
+# carrying a prebuilt (20 MB), it and the VAE stays under 64 MiB (device_build.sh takes it where
+# .carry/fashion-mnist is not carried)
+if [ ! -f "$dst/fashion-mnist-smoke/train-images-idx3-ubyte.gz" ]; then
+  mkdir -p "$dst/fashion-mnist-smoke"
+  cp "$dst"/fashion-mnist/t10k-*.gz "$dst/fashion-mnist-smoke/"
+  python3 - "$dst/fashion-mnist" "$dst/fashion-mnist-smoke" 12000 <<'PY'
+import gzip, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, header, item in (("train-images-idx3-ubyte", 16, 784), ("train-labels-idx1-ubyte", 8, 1)):
+    data = gzip.open(f"{src}/{name}.gz").read()
+    head = bytearray(data[:header])
+    head[4:8] = struct.pack(">I", n)  # the count after the magic number
+    with gzip.open(f"{dst}/{name}.gz.tmp", "wb") as f:
+        f.write(bytes(head) + data[header:header + n * item])
+PY
+  for f in "$dst"/fashion-mnist-smoke/*.tmp; do mv "$f" "${f%.tmp}"; done
+fi
 [ -f "$dst/vae/diffusion_pytorch_model.safetensors" ] || "$root/.venv/bin/python" "$root/scripts/make_random_vae.py" "$dst/vae" >/dev/null
 # pure-Python wheels for the GPU machine's Python 3.12: torchdiffeq for the official SiT sampler
 # (scripts/official_fmnist.py) in .carry; the cli tests' oracles, the same versions as .venv's, in

@@ -10,7 +10,6 @@
 
 #include "attention/cuda/gated_tail_kernels.h"
 #include "ops/cuda/column_sum.h"
-#include "ops/fused_ops.h"
 
 namespace nala::attention::cuda {
 namespace {
@@ -196,7 +195,7 @@ at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tens
 
 GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
-                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv, const at::Tensor& dg_out) {
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv, const at::Tensor& dg_out, bool dg_sum) {
   const c10::cuda::CUDAGuard guard(v.device());
   GatedTailParams p = params_of(v, g, lepe_w, heads, grid_h, grid_w);
   at::Tensor dy = dy_in.to(v.scalar_type()).contiguous();  // (B, N, D)
@@ -234,7 +233,7 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
     lepe_part = at::empty({lepe_backward_chunks(p), p.ks * p.ks + 1, p.D}, f);             // (chunks, ks·ks + 1, D)
   }
   at::Tensor dg_part;  // (chunks, D): with dg_out, Σ dg as stored
-  if (dg_out.defined() && ops::qkvg_column_sums_in_kernel()) dg_part = at::empty({ln_gate_backward_chunks(p), p.D}, f);
+  if (dg_out.defined() && dg_sum) dg_part = at::empty({ln_gate_backward_chunks(p), p.D}, f);
   launch_gated_tail_backward(p, dy.data_ptr(), u.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), r.g.data_ptr(), r.o.data_ptr(),
                              r.v.defined() ? r.v.data_ptr() : nullptr, norm_part.data_ptr<float>(),
                              p.ks > 0 ? lepe_part.data_ptr<float>() : nullptr, dg_part.defined() ? dg_part.data_ptr<float>() : nullptr, stream());

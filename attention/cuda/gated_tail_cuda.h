@@ -51,15 +51,17 @@ struct GatedTailGrads {
   at::Tensor g;                // (B, N, D)
   at::Tensor lepe_w, lepe_b;   // (D, 1, ks, ks), (D) float32; undefined without LePE
   at::Tensor norm_w, norm_b;   // (D) float32
-  at::Tensor g_sum;            // (D) float32: Σ over tokens of ∂L/∂g as stored; with dg_out and NALA_QKVG_COLUMN_SUMS only
+  at::Tensor g_sum;            // (D) float32: Σ over tokens of ∂L/∂g as stored; with dg_out and dg_sum only
 };
 // heads: o's H (o itself is not kept for the backward). lepe_dv false: LePE's part of ∂L/∂v is left
 // to the attention's backward (nala_backward_cuda with LePE), r.v undefined. dg_out: where ∂L/∂g goes
 // (r.g is it), (B, N, D) in g's dtype with unit channel stride, rows a multiple of 4 elements apart and
-// aligned to 4 (the qkvg projection's layout: nala_mixer with NALA_QKVG_GRADS_IN_PLACE), and r.g_sum
-// its column sums (that projection's bias gradient for g); undefined: a new contiguous tensor.
+// aligned to 4 (the qkvg projection's layout: nala_mixer with NALA_QKVG_GRADS_IN_PLACE); undefined: a
+// new contiguous tensor. dg_sum (with dg_out): also r.g_sum, its column sums as stored (that projection's
+// bias gradient for g), summed by the LayerNorm-gate kernel as it writes them.
 GatedTailGrads gated_tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
-                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv = true, const at::Tensor& dg_out = {});
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv = true, const at::Tensor& dg_out = {},
+                                   bool dg_sum = false);
 
 }  // namespace nala::attention::cuda

@@ -15,7 +15,6 @@
 #include "attention/cuda/nala_params.h"
 #include "attention/cuda/tensor_strides.h"
 #include "ops/cuda/column_sum.h"
-#include "ops/fused_ops.h"
 
 namespace nala::attention {
 
@@ -296,7 +295,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
       p.lepe_wt = wt_reversed.data_ptr<float>();
     }
     at::Tensor sum_part;  // (B·ranks, 3, H, d): each CTA's column sums of dq, dk, dv
-    if (column_sums != nullptr && outs && lepe_w.defined() && ops::qkvg_column_sums_in_kernel()) {
+    if (column_sums != nullptr && outs && lepe_w.defined() && cuda::onepass_backward_sums(p.D)) {
       sum_part = at::empty({int64_t(p.B) * p.chunks, 3, p.H, p.D}, q.options().dtype(at::kFloat));
       poison({sum_part});
       p.grad_sums = sum_part.data_ptr<float>();
@@ -331,6 +330,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   dv_out.copy_(dv);
   return {dq_out, dk_out, dv_out};
 }
+
+bool nala_backward_sums_columns(int64_t head_dim) { return cuda::onepass_backward_sums(int(head_dim)); }
 
 bool nala_lepe_backward_takes(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const NalaOptions& opt, int64_t ks,
                               int64_t grid_h, int64_t grid_w) {

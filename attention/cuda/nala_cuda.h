@@ -24,13 +24,17 @@ NalaForward nala_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at
 // them in place, the chunked kernels into their own tensors, copied there. They are what it returns.
 // column_sums (with LePE and the outputs given): where the one-pass backward puts the three gradients'
 // sums over the batch's tokens as stored, (3, H, d) float32 (the qkvg projection's bias gradient for
-// q, k, v; qkvg_column_sums_in_kernel says where it computes them); left undefined where it does not.
+// q, k, v), summed by a kernel of its own as it writes them; left undefined where the one-pass
+// backward does not run or has no such kernel (nala_backward_sums_columns).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o, const NalaOptions& opt, const at::Tensor& lepe_w = {},
                                                                    int64_t grid_h = 0, int64_t grid_w = 0, const at::Tensor& dq_out = {},
                                                                    const at::Tensor& dk_out = {}, const at::Tensor& dv_out = {},
                                                                    at::Tensor* column_sums = nullptr);
+// Whether the one-pass backward has the kernel that fills nala_backward_cuda's column_sums for this
+// head dim (64; at 72 it lost: attention/cuda/nala_params.h onepass_backward_sums).
+bool nala_backward_sums_columns(int64_t head_dim);
 // Whether the one-pass backward takes LePE's dv for these q, k, v (bf16, d 64 / 72, the one-pass
 // kernel's rule, LePE 3 or 5, the window of ∂L/∂u in the φ tile's memory).
 bool nala_lepe_backward_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, int64_t ks, int64_t grid_h,

@@ -12,6 +12,7 @@
 namespace nala::attention::cuda {
 
 bool onepass_supported(int D, int feat) { return (D == 64 || D == 72) && (feat == 1 || feat == 2); }
+bool onepass_backward_sums(int D) { return D == 64; }
 
 bool onepass_bf16_state_adds_a_block(int D, int feat) {
 #define NALA_GAIN(DD, FF) \
@@ -93,13 +94,15 @@ static void onepass_backward_lo(const NalaKernelParams& P, cudaStream_t st) {
     NalaKernelParams Q = P;
     int smem = bytes;
     Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
-    const bool sums = P.grad_sums != nullptr;
-    if (P.lepe_ks == 5)
-      return sums ? launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5, true>, Q, threads, smem, st, "backward with LePE and sums")
-                  : launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, Q, threads, smem, st, "backward with LePE");
-    if (P.lepe_ks == 3)
-      return sums ? launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3, true>, Q, threads, smem, st, "backward with LePE and sums")
-                  : launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, Q, threads, smem, st, "backward with LePE");
+    if (P.grad_sums != nullptr) {  // the summing kernels: d 64 only (onepass_backward_sums)
+      if constexpr (D == 64) {
+        if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5, true>, Q, threads, smem, st, "backward with LePE and sums");
+        if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3, true>, Q, threads, smem, st, "backward with LePE and sums");
+      }
+      throw std::runtime_error("nala one-pass backward: no summing kernel for head dim " + std::to_string(D));
+    }
+    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, Q, threads, smem, st, "backward with LePE");
+    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, Q, threads, smem, st, "backward with LePE");
   }
   throw std::runtime_error("nala one-pass backward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
                            " features");

@@ -92,6 +92,11 @@ void launch_nala_forward_onepass(const NalaKernelParams& p, void* stream);
 // The one-pass backward (onepass_backward.cuh): the same split; reads S, z, den as either forward
 // saved them.
 void launch_nala_backward_onepass(const NalaKernelParams& p, void* stream);
+// Whether the one-pass backward with LePE has a kernel that also writes p.grad_sums (the gradients'
+// column sums) for head dim D: 64 only. At 72 (NaLaDiT-XL/2) that kernel spilled 714 bytes (the plain
+// one 352) and the training step took 258.5 / 258.8 ms with it against 257.4 ms without (H100, batch
+// 128, 2026-12-06), so it is not built.
+bool onepass_backward_sums(int D);
 // Whether holding S and dS' in bf16 alone (p.state_lo = false) lets the one-pass backward run two
 // CTAs an SM where the hi + lo pairs allow one.
 bool onepass_bf16_state_adds_a_block(int D, int feat);
