@@ -242,6 +242,16 @@ __device__ __forceinline__ void warp_token_sums(const float (&x)[CPL][8], float 
 #pragma unroll
   for (int j = 0; j < CPL; ++j) acc[j] += a[j];
 }
+// 8 bf16 (a 16-byte chunk, the first in the low half) as floats
+__device__ __forceinline__ void unpack_bf16x8(const uint4& raw, float (&x)[8]) {
+  const unsigned* w = reinterpret_cast<const unsigned*>(&raw);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const float2 f = cuda_vec::unpack_bf16x2(w[u]);
+    x[2 * u] = f.x;
+    x[2 * u + 1] = f.y;
+  }
+}
 // The flat index of a lane's first sum (warp_token_sums), and the channel of flat index j
 template <int CPL>
 __device__ __forceinline__ int warp_sum_first(int lane) {
@@ -388,13 +398,7 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
       if (valid) *reinterpret_cast<uint4*>(out_row + 8 * ch) = o;
       else o = make_uint4(0, 0, 0, 0);
     }
-    const unsigned* w = reinterpret_cast<const unsigned*>(&o);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float2 f = cuda_vec::unpack_bf16x2(w[u]);
-      stored[k][2 * u] = f.x;
-      stored[k][2 * u + 1] = f.y;
-    }
+    unpack_bf16x8(o, stored[k]);
   }
   warp_token_sums(stored, acc);
 }

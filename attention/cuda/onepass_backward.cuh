@@ -69,14 +69,7 @@ __device__ __forceinline__ void tile_column_sums(const __nv_bfloat16* tile, int 
 #pragma unroll
   for (int k = 0; k < CPL; ++k) {
     const int c = lane + 4 * k;
-    const uint4 raw = valid && c < CH ? *reinterpret_cast<const uint4*>(tile + my_t * LD + 8 * c) : make_uint4(0, 0, 0, 0);
-    const unsigned* w = reinterpret_cast<const unsigned*>(&raw);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float2 f = cuda_vec::unpack_bf16x2(w[u]);
-      x[k][2 * u] = f.x;
-      x[k][2 * u + 1] = f.y;
-    }
+    unpack_bf16x8(valid && c < CH ? *reinterpret_cast<const uint4*>(tile + my_t * LD + 8 * c) : make_uint4(0, 0, 0, 0), x[k]);
   }
   warp_token_sums(x, acc);
 }
