@@ -5,6 +5,7 @@
 #   bash scripts/device_build.sh [steps...]     steps: build prebuilt tests cli-tests sanitize bench-attention, or any
 #                                               scripts/device_steps/NAME.sh as NAME[:ARG:ARG] (default: build tests smoke)
 # Before CUDA work lands: `build tests smoke` in one call (smoke runs every sub-command on CUDA as a user does).
+# TESTS_FILTER (a gtest filter) runs part of the CUDA tests in the `tests` step (default: all).
 # `prebuilt` instead of `build`: the binaries scripts/prepare_prebuilt.sh packed on the CPU machine
 # (.carry/prebuilt.tar.xz), used when their source digest equals this tree's and they run here, else
 # `build`. They find their libraries through LD_LIBRARY_PATH, which this script sets: run the steps
@@ -81,7 +82,7 @@ for step in "${steps[@]}"; do
       use_prebuilt || build
       ;;
     tests)
-      ./build-device/tests/nala_cuda_tests > "$logs/cuda_tests.log" 2>&1
+      ./build-device/tests/nala_cuda_tests --gtest_filter="${TESTS_FILTER:-*}" > "$logs/cuda_tests.log" 2>&1
       rc=$?
       grep -E "^\[  (PASSED|FAILED) |tests? ran|Failure|rounding noise" "$logs/cuda_tests.log" | tee -a "$summary"
       grep -E "err .*limit" "$logs/cuda_tests.log" | sort -g -k9 | tail -4 | tee -a "$summary"
@@ -120,7 +121,7 @@ for step in "${steps[@]}"; do
       # kernels whose (mangled) name holds nala, for tests that also run cuBLASLt's GEMMs (racecheck
       # reported 8 hazards inside nvjet_sm90_tst_* GEMMs for GatedTailKernels.QkvgGradientsWrittenInPlace,
       # 2026-12-06, with no nala kernel among them).
-      filter=${SANITIZE_FILTER:-'NalaCuda.EveryFeatureMap:NalaCudaOnePass.*:BlockKernels.LayerNormModulateAndGatedResidual:BlockKernels.ResidualLayerNormModulateEqualsTheTwoKernels:BlockKernels.StagedResidualNormEqualsTheOnePassKernel:BlockKernels.SplitHeadsGatherEqualsTheCopies:BlockKernels.BiasGelu:GatedTailKernels.MatchFloat64AndTheComposition:NalaCuda.RecomputedStateGivesTheSameGradients:LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels:LinearFp8Cuda.LayerNormModulateQuantizeEqualsTheTwoKernels:BlockKernels.ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels:BlockKernels.PartialSumsInOneLaunchEqualAtensSums:GatedTailKernels.LepeInAttentionOverClusterRanks'}
+      filter=${SANITIZE_FILTER:-'NalaCuda.EveryFeatureMap:NalaCudaOnePass.*:BlockKernels.LayerNormModulateAndGatedResidual:BlockKernels.ResidualLayerNormModulateEqualsTheTwoKernels:BlockKernels.StagedResidualNormEqualsTheOnePassKernel:BlockKernels.SplitHeadsGatherEqualsTheCopies:BlockKernels.BiasGelu:GatedTailKernels.MatchFloat64AndTheComposition:NalaCuda.RecomputedStateGivesTheSameGradients:LinearFp8Cuda.BiasGeluQuantizeEqualsTheTwoKernels:LinearFp8Cuda.LayerNormModulateQuantizeEqualsTheTwoKernels:BlockKernels.ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernels:BlockKernels.PartialSumsInOneLaunchEqualAtensSums:GatedTailKernels.LepeInAttentionOverClusterRanks:GatedTailKernels.ColumnSumsOfTheGradientsAsStored'}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
         compute-sanitizer --tool $tool --error-exitcode 99 --print-limit 10 ${SANITIZE_ARGS-} ./build-device/tests/nala_cuda_tests --gtest_filter="$filter" \
           > "$logs/sanitize_$tool.log" 2>&1

@@ -584,7 +584,9 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
   const size_t smem = size_t(kWarps) * (dg_part != nullptr ? 3 : 2) * p.D * sizeof(float);  // ≤ 72 KB for D ≤ 1536
   with_nv(p.D, [&](auto nv) {
     auto kernel = ln_gate_bwd<T, nv()>;
-    if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+      throw std::runtime_error("nala CUDA kernel ln_gate_bwd: " + std::to_string(smem) + " bytes of shared memory refused: " +
+                               cudaGetErrorString(cudaGetLastError()));
     kernel<<<unsigned(ceil_div(p.B * p.N, rpb)), kWarps * 32, smem, st>>>(p, static_cast<const T*>(dy), static_cast<const T*>(u), mean, rstd,
                                                                           static_cast<T*>(dg), static_cast<T*>(du), norm_part, dg_part, rpb);
   });

@@ -40,8 +40,9 @@ struct OnePassBwd {
 };
 
 // A phase's column sums (warp_token_sums in acc): every warp's lanes put theirs in red (8 warps × D
-// floats), then thread c < D adds the 8 warps in order into P.grad_sums[row][part][h][c]. red is
-// read after this returns: it must stay untouched until the block's next barrier.
+// floats), then, after a barrier, thread c < D adds the 8 warps in order into P.grad_sums[row][part][h][c].
+// Other threads may still be reading red when one returns: red must stay untouched until the block's
+// next barrier.
 template <int D, int CPL>
 __device__ __forceinline__ void flush_column_sums(const float (&acc)[CPL], float* red, const NalaKernelParams& P, int64_t row, int part, int h) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, first = warp_sum_first<CPL>(lane);

@@ -340,16 +340,17 @@ TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
 // element-wise ones run (no GEMM), so compute-sanitizer's racecheck can take it whole. Shapes: d 64 with
 // LePE 5 on a 16 × 16 grid and with LePE 3 on a 9 × 14 grid (a last tile of 62 tokens; at d 72 there is
 // no summing kernel, and the sums stay undefined while the gradients are written as before); the
-// one-pass kernels forced, over 1 rank a (batch, head) and over the automatic split's 4 and 2 ranks at
-// these few pairs (each CTA its own row of partial sums), both backward states; the buffer and the
-// partial sums poisoned (NaN) first.
+// one-pass kernels forced, over 1, 2 and 4 ranks a (batch, head) (at most one a tile: the 9 × 14 grid
+// takes 2) and the automatic split (each CTA its own row of partial sums), both backward states; the
+// buffer and the one-pass backward's partial sums poisoned (NaN) first (ln_gate_bwd's are not: a block
+// that left its row unwritten would still miss the float64 sum).
 TEST_F(GatedTailKernels, ColumnSumsOfTheGradientsAsStored) {
   struct C {
     int64_t B, H, d, gh, gw, ks;
   };
   set_nala_cuda_kernel(NalaCudaKernel::OnePass);
   set_nala_cuda_poison(true);
-  for (const int ranks : {1, 0})
+  for (const int ranks : {1, 2, 4, 0})
   for (const OnePassBackwardState state : {OnePassBackwardState::HiLo, OnePassBackwardState::Bf16})
     for (const C& c : {C{3, 6, 64, 16, 16, 5}, C{2, 5, 64, 9, 14, 3}, C{2, 5, 72, 9, 14, 3}}) {
       set_nala_onepass_ranks(ranks);
@@ -365,7 +366,7 @@ TEST_F(GatedTailKernels, ColumnSumsOfTheGradientsAsStored) {
       const at::Tensor nw = 1 + 0.3 * at::randn({D}, par), nb = 0.2 * at::randn({D}, par);
       const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " d" + std::to_string(c.d) + " grid " +
                                std::to_string(c.gh) + "x" + std::to_string(c.gw) + " ks" + std::to_string(c.ks) +
-                               (state == OnePassBackwardState::HiLo ? " hi+lo" : " bf16 state") + (ranks == 1 ? ", 1 rank" : ", ranks by the rule");
+                               (state == OnePassBackwardState::HiLo ? " hi+lo" : " bf16 state") + (ranks > 0 ? ", ranks " + std::to_string(ranks) : ", ranks by the rule");
       const NalaOptions opt;
       ASSERT_TRUE(nala_lepe_backward_takes(q, k, v, opt, c.ks, c.gh, c.gw)) << what;
       const NalaForward f = nala_forward_cuda(q, k, v, opt, true);  // o and the state (B, H, N, d)
@@ -409,8 +410,8 @@ TEST_F(GatedTailKernels, ColumnSumsOfTheGradientsAsStored) {
 // run, and the in-place path runs first, after a NaN tensor of the buffer's size went back to the
 // allocator (whose block the buffer likely gets), so a row no kernel writes shows as NaN, not as the
 // gathered path's values left in freed memory. With NALA_QKVG_COLUMN_SUMS the kernels also sum the
-// buffer's columns as they write it (the one-pass backward per warp and tile, ln_gate_bwd per block;
-// their partial sums poisoned too) and the split takes those as qkvg's bias gradient (counted): again
+// buffer's columns as they write it (the one-pass backward per warp and tile, its partial sums poisoned
+// too; ln_gate_bwd per block) and the split takes those as qkvg's bias gradient (counted): again
 // every other gradient bit for bit, the bias within 1e-5 (at d 72, which has no summing kernel, the
 // column sum runs: nothing offered). The shapes: 1-4 ranks a (batch, head), d 64 and 72, LePE 5 and 3,
 // and 126 tokens (a last tile of 62).
