@@ -13,6 +13,7 @@
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
 #include "ops/split_heads.h"
+#include "ops/weight_casts.h"
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/gated_tail_cuda.h"
@@ -199,7 +200,7 @@ struct GatedTailFn : torch::autograd::Function<GatedTailFn> {
 // projection, computed apart when it is not kept)
 at::Tensor gate_of(const at::Tensor& x, const at::Tensor& gate_w, const at::Tensor& gate_b) {
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
-  return at::linear(x, gate_w, gate_b.to(gate_w.scalar_type()));                          // (B, N, D)
+  return at::linear(x, gate_w, ops::bias_operand(gate_b, gate_w.scalar_type()));                        // (B, N, D)
 }
 
 // y recomputed from u for gated_tail_proj's backward, as the forward made it (bit for bit): the
@@ -236,7 +237,7 @@ struct GatedTailProjFn : torch::autograd::Function<GatedTailProjFn> {
     ctx->saved_data["kernels"] = s.kernels;
     ctx->saved_data["eps"] = eps;
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
-    return at::linear(s.y, w, b.to(w.scalar_type()));                                       // (B, N, D)
+    return at::linear(s.y, w, ops::bias_operand(b, w.scalar_type()));                                    // (B, N, D)
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -296,7 +297,7 @@ struct NalaMixerRecomputingFn : torch::autograd::Function<NalaMixerRecomputingFn
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
     const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // dtypes are settled
-    return at::linear(s.y, w, b.to(w.scalar_type()));                                       // (B, N, D)
+    return at::linear(s.y, w, ops::bias_operand(b, w.scalar_type()));                                    // (B, N, D)
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {

@@ -5,6 +5,7 @@
 // replay it; both modes are printed, one row each, when --cuda-graphs both.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "models/cuda_graph.h"
 #include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
+#include "ops/fused_ops.h"
+#include "ops/weight_casts.h"
 
 namespace nala::bench {
 
@@ -64,19 +67,25 @@ int bench_train(int argc, char** argv) {
       for (auto& p : model->parameters())
         if (p.requires_grad()) params.push_back(p);
       train::AdamW opt(params, {});
+      // as train/train_step.cpp: the weights cast in one pass, their gradients widened in one (NALA_WEIGHT_CASTS)
+      std::unique_ptr<ops::WeightCasts> casts;
+      if (bf16 && ops::weight_casts_enabled()) casts = std::make_unique<ops::WeightCasts>(params, at::kBFloat16);
       diffusion::GaussianDiffusion diff;
       at::Tensor x = at::randn({B, 4, L, L}, at::TensorOptions().device(dev));
       at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().device(dev).dtype(at::kLong));
       model->train();
       auto step = [&] {
         at::Tensor loss;
+        if (casts) casts->refresh();
         {
           train::AutocastScope ac(bf16);
+          ops::WeightCasts::Scope scope(casts.get());
           at::Tensor t = at::randint(0, 1000, {B}, x.options().dtype(at::kLong));
           auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model->forward(xt, tt, y); };
           loss = diff.training_losses(fn, x, t, at::randn_like(x)).loss.mean();
         }
         loss.backward();
+        if (casts) casts->take_gradients();
         opt.step();
         opt.zero_grad();
         train::update_ema(ema->parameters(), model->parameters(), 0.9999);

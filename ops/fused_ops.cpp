@@ -7,6 +7,8 @@
 
 #include <ATen/autocast_mode.h>
 
+#include "ops/weight_casts.h"
+
 namespace nala::ops {
 namespace {
 
@@ -29,6 +31,7 @@ std::atomic<int> g_gather_sum_grouped{-1};
 std::atomic<int> g_residual_staged{-1};
 std::atomic<int> g_qkvg_in_place{-1};
 std::atomic<int> g_qkvg_column_sums{-1};
+std::atomic<int> g_weight_casts{-1};
 std::atomic<int64_t> g_recomputations{0};
 
 int switch_from_environment(const char* name, int fallback) {
@@ -113,6 +116,9 @@ void set_qkvg_grads_in_place(bool on) { g_qkvg_in_place = on ? 1 : 0; }
 bool qkvg_column_sums_in_kernel() { return read_switch(g_qkvg_column_sums, "NALA_QKVG_COLUMN_SUMS", 1); }
 void set_qkvg_column_sums_in_kernel(bool on) { g_qkvg_column_sums = on ? 1 : 0; }
 
+bool weight_casts_enabled() { return read_switch(g_weight_casts, "NALA_WEIGHT_CASTS", 1); }
+void set_weight_casts_enabled(bool on) { g_weight_casts = on ? 1 : 0; }
+
 int64_t recomputations() { return g_recomputations.load(); }
 void count_recomputation() { ++g_recomputations; }
 
@@ -122,8 +128,11 @@ at::ScalarType fused_result_dtype(const at::Tensor& x) {
 }
 
 at::Tensor autocast_gemm_operand(const at::Tensor& t) {
-  if (t.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA))
-    return at::autocast::cached_cast(at::autocast::get_autocast_dtype(at::kCUDA), t, c10::DeviceType::CUDA);
+  if (t.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {
+    const at::ScalarType dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    if (at::Tensor c = WeightCasts::operand(t, dtype); c.defined()) return c;  // the step's cast, made with all the others
+    return at::autocast::cached_cast(dtype, t, c10::DeviceType::CUDA);
+  }
   return t;
 }
 

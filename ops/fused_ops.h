@@ -185,6 +185,12 @@ void set_qkvg_column_sums_in_kernel(bool on);
 bool residual_norm_staged();
 void set_residual_norm_staged(bool on);
 
+// The training step's casts of its parameters in one pass (ops/weight_casts.h): NALA_WEIGHT_CASTS=1
+// (default) has the training step (train/train_step.cpp, `nala bench train`) use them under bf16
+// autocast on one CUDA process; 0 leaves every cast to autocast. Any other value is an error.
+bool weight_casts_enabled();
+void set_weight_casts_enabled(bool on);
+
 // How many tensors backward passes have recomputed so far (the attention's state, g, y or the
 // tail's u and y: one each time), so that tests can tell that a recomputation happened.
 int64_t recomputations();

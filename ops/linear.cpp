@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "ops/fused_ops.h"
+#include "ops/weight_casts.h"
 #include "ops/linear_fp8.h"
 
 #ifdef NALA_WITH_CUDA
@@ -61,7 +62,7 @@ at::Tensor linear_training_forward(const at::Tensor& x, const at::Tensor& w, con
     shape.back() = w.size(0);
     return linear_forward(x.view({-1, x.size(-1)}), w, b).view(shape);  // (…, out)
   }
-  return at::linear(x, w, b.to(x.scalar_type()));  // (…, out)
+  return at::linear(x, w, bias_operand(b, x.scalar_type()));  // (…, out)
 }
 
 bool linear_op_applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -73,7 +74,7 @@ at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& w, const at::T
   if (gemm_tuned_training() && x2.is_cuda() && x2.dim() == 2 && cuda::gemm_epilogue_supported(x2, w))
     if (at::Tensor y = cuda::gemm_bias(x2, w, b, /*gelu=*/false, /*tune=*/true); y.defined()) return y;  // (R, out)
 #endif
-  return at::linear(x2, w, b.to(x2.scalar_type()));  // (R, out)
+  return at::linear(x2, w, bias_operand(b, x2.scalar_type()));  // (R, out)
 }
 
 LinearGrads linear_grads(const at::Tensor& dout2, const at::Tensor& x2, const at::Tensor& w, at::ScalarType b_dtype, bool need_x, bool need_w,

@@ -7,6 +7,7 @@
 
 #include "ops/block_ops.h"
 #include "ops/fused_ops.h"
+#include "ops/weight_casts.h"
 #include "ops/linear.h"
 #include "ops/linear_fp8.h"
 #include "ops/linear_gelu.h"
@@ -34,7 +35,7 @@ std::array<at::Tensor, 2> fc1_forward(const at::Tensor& x2, const at::Tensor& w1
 #ifdef NALA_WITH_CUDA
   if (lt) return cuda::gemm_bias_gelu_aux(x2, w1, b1, gemm_tuned_training());
 #endif
-  const at::Tensor a = at::linear(x2, w1, b1.to(x2.scalar_type()));  // (R, H)
+  const at::Tensor a = at::linear(x2, w1, bias_operand(b1, x2.scalar_type()));  // (R, H)
   return {at::gelu(a, "tanh"), a};
 }
 

@@ -45,6 +45,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       transport_(transport_config(cfg)) {
   if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
+  // (the buckets' all-reduce starts from autograd's gradient hooks, which the kept gradients would bypass)
+  if (bf16 && !pg && !trainable_.empty() && trainable_.front().is_cuda() && ops::weight_casts_enabled())
+    casts_ = std::make_unique<ops::WeightCasts>(trainable_, at::kBFloat16);
   if (cfg.grad_accum < 1 || (cfg.global_batch / world_) % cfg.grad_accum != 0)
     throw std::invalid_argument("--grad-accum " + std::to_string(cfg.grad_accum) + " does not divide each process's batch of " +
                                 std::to_string(cfg.global_batch / world_) + " (--batch " + std::to_string(cfg.global_batch) + " on " +
@@ -106,12 +109,14 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
   const at::Tensor t = cfg_.objective == "ddpm" ? mine(at::randint(0, diffusion_.num_timesteps(), {G}, opts.dtype(at::kLong)))  // (B,)
                                                 : mine(at::rand({G}, opts));                                                    // (B,)
   const at::Tensor noise = mine(at::randn({G, x.size(1), x.size(2), x.size(3)}, opts));                                     // (B, C, h, w)
+  if (casts_) casts_->refresh();  // the weights as AdamW left them, cast for every piece's forward
   for (int64_t i = 0; i < pieces; ++i) {
     // rows [i·B/pieces, (i+1)·B/pieces): every tensor of the step sliced alike (pieces 1: the whole batch)
     auto part = [&](const at::Tensor& a) { return pieces == 1 ? a : a.narrow(0, i * (B / pieces), B / pieces); };
     at::Tensor piece_loss;  // () this piece's mean loss
     {
       AutocastScope ac(bf16_);
+      ops::WeightCasts::Scope casts(casts_.get());
       const at::Tensor yi = part(y), di = part(drop);  // (B/pieces,)
       auto fn = [&](const at::Tensor& xt, const at::Tensor& tt) { return model_.forward(xt, tt, yi, di); };
       if (cfg_.objective == "ddpm") piece_loss = diffusion_.training_losses(fn, part(x), part(t), part(noise)).loss.mean();
@@ -121,6 +126,7 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
     // the batch's mean loss is the pieces' mean: each piece's gradient scaled by 1/pieces
     const at::Tensor scaled = pieces == 1 ? piece_loss : piece_loss / double(pieces);  // ()
     scaled.backward();
+    if (casts_) casts_->take_gradients();  // the weights' gradients from their casts', into .grad
     loss = i == 0 ? scaled.detach() : loss + scaled.detach();
   }
   if (buckets_) buckets_->finish();

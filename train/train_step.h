@@ -13,6 +13,7 @@
 #include "diffusion/gaussian_diffusion.h"
 #include "diffusion/transport.h"
 #include "models/dit.h"
+#include "ops/weight_casts.h"
 #include "train/adamw.h"
 #include "train/distributed.h"
 #include "train/grad_buckets.h"
@@ -57,6 +58,9 @@ class TrainStep {
   std::vector<at::Tensor> trainable_;
   AdamW opt_;
   std::unique_ptr<GradBuckets> buckets_;  // data parallel: the gradient all-reduce (overlapped with --overlap-grads)
+  // bf16 on one CUDA process with NALA_WEIGHT_CASTS on (ops/fused_ops.h): the parameters cast in one
+  // pass before the forward and their gradients widened in one pass after each backward (ops/weight_casts.h)
+  std::unique_ptr<ops::WeightCasts> casts_;
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
   // CUDA graphs (cfg.cuda_graphs). Host values are baked into a capture: a constant learning rate,

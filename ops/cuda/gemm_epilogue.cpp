@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/fused_ops.h"
+#include "ops/weight_casts.h"
 
 #ifdef NALA_WITH_CUTLASS
 #include "ops/cutlass/gemm_bias.h"
@@ -235,7 +236,7 @@ std::array<at::Tensor, 2> gemm_bias_gelu_aux(const at::Tensor& x, const at::Tens
               b.sizes(), " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
-  const at::Tensor bias = b.to(x.scalar_type()).contiguous();  // (N)
+  const at::Tensor bias = bias_operand(b, x.scalar_type()).contiguous();  // (N)
   at::Tensor h = at::empty({R, N}, x.options()), aux = at::empty({R, N}, x.options());  // (R, N) ×2
   Desc desc;
   check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -366,7 +367,7 @@ at::Tensor gemm_bias(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
               " do not fit (contiguous CUDA bf16/fp16, sizes multiples of 8)");
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
-  const at::Tensor bias = b.to(x.scalar_type()).contiguous();  // (N)
+  const at::Tensor bias = bias_operand(b, x.scalar_type()).contiguous();  // (N)
   at::Tensor y = at::empty({R, N}, x.options());                // (R, N)
   Desc desc;
   check(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");

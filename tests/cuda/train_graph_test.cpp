@@ -14,6 +14,8 @@
 
 #include "models/dit.h"
 #include "models/model_config.h"
+#include "ops/fused_ops.h"
+#include "ops/weight_casts.h"
 #include "train/train_config.h"
 #include "train/train_step.h"
 
@@ -27,9 +29,11 @@ struct Trace {
   bool captured = false;
 };
 
-Trace train_steps(const std::string& objective, bool graphs, bool ema_warmup, bool scheduled = false, int64_t accum = 1) {
+Trace train_steps(const std::string& objective, bool graphs, bool ema_warmup, bool scheduled = false, int64_t accum = 1,
+                  const std::string& model_name = "") {
   train::TrainConfig cfg = train::train_preset("fashion-mnist-tiny");
   cfg.model = objective == "flow" ? "NaLaSiT-S/2" : "NaLaDiT-S/2";  // as the trainer pairs them: a flow DiT would need learn_sigma off
+  if (!model_name.empty()) cfg.model = model_name;
   cfg.objective = objective;
   cfg.global_batch = 16;
   cfg.ema_warmup = ema_warmup;
@@ -135,4 +139,47 @@ TEST(TrainGraph, GradientAccumulationReplayEqualsEagerSteps) {
   for (size_t i = 0; i < e.params.size(); ++i) worst = std::max(worst, (e.params[i] - g.params[i]).abs().max().item<double>());
   std::printf("  2 pieces a step: max |diff| weights graph vs eager %.2e\n", worst);
   EXPECT_LT(worst, 1e-5);
+}
+
+// The weights cast in one pass and their gradients widened in one (ops/weight_casts.h,
+// NALA_WEIGHT_CASTS) against autocast's own casts and autograd's conversions: the same bits (losses,
+// gradient norms, weights, EMA), eager and replayed, in one piece and in two, with NaLa blocks (whose
+// kernels are deterministic). Softmax blocks run cuDNN's attention backward, whose dq accumulates with
+// atomics, so two runs of DiT-S/2 differ by rounding whatever the casts: near there, as eager and graph.
+TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
+  if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+  struct Case {
+    const char* objective;
+    bool graphs;
+    int64_t accum;
+    const char* model;
+  };
+  for (const Case c : {Case{"ddpm", false, 1, ""}, Case{"flow", true, 1, ""}, Case{"ddpm", false, 2, ""}, Case{"ddpm", true, 1, "DiT-S/2"}}) {
+    ops::set_weight_casts_enabled(false);
+    const Trace a = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
+    ops::set_weight_casts_enabled(true);
+    const int64_t before = ops::WeightCasts::handed_out();
+    const Trace b = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
+    const int64_t handed = ops::WeightCasts::handed_out() - before;
+    const std::string what = std::string(c.objective) + (c.graphs ? " graphs" : " eager") + " accum " + std::to_string(c.accum) + " " + c.model;
+    EXPECT_GT(handed, 0) << what << ": no cast was handed out";
+    int bitwise = 0;
+    double worst = 0;
+    for (size_t i = 0; i < a.params.size(); ++i) {
+      bitwise += at::equal(a.params[i], b.params[i]) && at::equal(a.ema[i], b.ema[i]);
+      worst = std::max(worst, (a.params[i] - b.params[i]).abs().max().item<double>());
+    }
+    std::printf("  %s: %ld casts handed out; %d of %zu parameters and EMA bitwise equal, max |diff| %.2e\n", what.c_str(), long(handed), bitwise,
+                a.params.size(), worst);
+    const bool deterministic = std::string(c.model).empty();  // the NaLa models
+    if (deterministic) EXPECT_EQ(size_t(bitwise), a.params.size()) << what;
+    EXPECT_LT(worst, 1e-5) << what;
+    for (size_t k = 0; k < a.losses.size(); ++k) {
+      if (deterministic) {
+        EXPECT_EQ(a.losses[k], b.losses[k]) << what << " step " << k;
+        EXPECT_EQ(a.norms[k], b.norms[k]) << what << " step " << k;
+      }
+      EXPECT_NEAR(a.losses[k], b.losses[k], 1e-6 * std::abs(a.losses[k]) + 1e-7) << what << " step " << k;
+    }
+  }
 }

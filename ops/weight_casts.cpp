@@ -1,0 +1,127 @@
+#include "ops/weight_casts.h"
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+namespace nala::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+thread_local WeightCasts* g_active = nullptr;  // the Scope's object on this thread
+std::atomic<int64_t> g_handed_out{0};
+// Each cast starts at a multiple of this many elements (512 bytes in bf16, as the caching allocator
+// aligns a tensor of its own): cuBLASLt's heuristics read the operands' alignment (ATen passes up to
+// 256 bytes), so a cast aligned as autocast's own gets the same GEMM algorithm, hence the same bits.
+constexpr int64_t kAlign = 256;
+
+// p (float32 leaf) → its cast, kept by owner: the cast forward, the gradient kept in the backward
+// (nothing returned for p, so autograd neither converts nor accumulates it; take_gradients does)
+struct CastFn : torch::autograd::Function<CastFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& p, int64_t owner, int64_t i) {
+    ctx->saved_data["owner"] = owner;
+    ctx->saved_data["i"] = i;
+    return reinterpret_cast<WeightCasts*>(owner)->cast(i).detach();  // p's shape in the casts' dtype, a new tensor on their memory
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    if (grads[0].defined())
+      reinterpret_cast<WeightCasts*>(ctx->saved_data["owner"].toInt())->keep_gradient(ctx->saved_data["i"].toInt(), grads[0]);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+WeightCasts::WeightCasts(std::vector<at::Tensor> params, at::ScalarType dtype) : params_(std::move(params)), dtype_(dtype) {
+  if (dtype != at::kBFloat16 && dtype != at::kHalf)
+    throw std::invalid_argument(std::string("WeightCasts: the casts' dtype must be bf16 or fp16, got ") + c10::toString(dtype));
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    if (p.scalar_type() != at::kFloat || !p.is_leaf() || !p.requires_grad() || p.device() != params_.front().device())
+      throw std::invalid_argument("WeightCasts: parameter " + std::to_string(i) + " (" + c10::str(p.sizes()) + " " + c10::toString(p.scalar_type()) +
+                                  " on " + p.device().str() + ") is not a float32 leaf that requires a gradient on " +
+                                  params_.front().device().str());
+    if (!index_.emplace(p.unsafeGetTensorImpl(), int64_t(i)).second)
+      throw std::invalid_argument("WeightCasts: parameter " + std::to_string(i) + " (" + c10::str(p.sizes()) + ") is listed twice");
+    total += (p.numel() + kAlign - 1) / kAlign * kAlign;
+  }
+  // one buffer for all casts, each a contiguous slice in its parameter's shape
+  const at::Tensor flat = params_.empty() ? at::Tensor() : at::empty({total}, params_.front().options().dtype(dtype));  // (total,)
+  int64_t at_ = 0;
+  for (const auto& p : params_) {
+    casts_.push_back(flat.narrow(0, at_, p.numel()).view(p.sizes()));  // p's shape
+    at_ += (p.numel() + kAlign - 1) / kAlign * kAlign;
+  }
+  kept_.resize(params_.size());
+  versions_.assign(params_.size(), -1);
+}
+
+WeightCasts::Scope::Scope(WeightCasts* w) : previous_(g_active) { g_active = w; }
+WeightCasts::Scope::~Scope() { g_active = previous_; }
+
+void WeightCasts::refresh() {
+  if (params_.empty()) return;
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> src;
+  src.reserve(params_.size());
+  for (const auto& p : params_) src.push_back(p.detach());
+  at::_foreach_copy_(casts_, src);  // every parameter rounded to dtype_, one multi-tensor launch where ATen takes the lists
+  for (size_t i = 0; i < params_.size(); ++i) versions_[i] = int64_t(params_[i]._version());
+}
+
+void WeightCasts::keep_gradient(int64_t i, const at::Tensor& g) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  at::Tensor& k = kept_[size_t(i)];
+  const at::Tensor gc = g.to(dtype_).contiguous();  // (p's shape) as autograd hands the cast's gradient: in its dtype
+  k = k.defined() ? k + gc : gc;  // a parameter used twice: added in dtype_, as autograd adds at one cached cast
+}
+
+void WeightCasts::take_gradients() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> set_dst, set_src, add_dst, add_src;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!kept_[i].defined()) continue;
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (!grad.defined()) {
+      grad = at::empty_like(params_[i], at::MemoryFormat::Contiguous);  // (p's shape) float32
+      set_dst.push_back(grad);
+      set_src.push_back(kept_[i]);
+    } else {
+      add_dst.push_back(grad);
+      add_src.push_back(kept_[i]);
+    }
+    kept_[i] = at::Tensor();
+  }
+  if (!set_dst.empty()) at::_foreach_copy_(set_dst, set_src);  // exact widening, one multi-tensor launch
+  if (!add_dst.empty()) at::_foreach_add_(add_dst, add_src);   // the widened gradient added in float32, as AccumulateGrad adds
+}
+
+at::Tensor WeightCasts::operand(const at::Tensor& t, at::ScalarType dtype) {
+  WeightCasts* w = g_active;
+  if (!w || dtype != w->dtype_ || !t.defined()) return at::Tensor();
+  const auto it = w->index_.find(t.unsafeGetTensorImpl());
+  if (it == w->index_.end()) return at::Tensor();
+  const int64_t i = it->second;
+  if (w->versions_[size_t(i)] != int64_t(t._version())) return at::Tensor();  // changed since refresh(), or never refreshed
+  g_handed_out.fetch_add(1, std::memory_order_relaxed);
+  if (at::GradMode::is_enabled()) return CastFn::apply(t, reinterpret_cast<int64_t>(w), i);
+  return w->casts_[size_t(i)].detach();
+}
+
+int64_t WeightCasts::handed_out() { return g_handed_out.load(std::memory_order_relaxed); }
+
+at::Tensor bias_operand(const at::Tensor& b, at::ScalarType dtype) {
+  if (!b.defined() || b.scalar_type() == dtype) return b;
+  if (!at::GradMode::is_enabled())
+    if (at::Tensor c = WeightCasts::operand(b, dtype); c.defined()) return c;
+  return b.to(dtype);
+}
+
+}  // namespace nala::ops
