@@ -83,6 +83,14 @@ namespace {
 torch::nn::LayerNorm plain_layer_norm(int64_t d) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).elementwise_affine(false).eps(1e-6));
 }
+// adaLN_modulation(c), the module's SiLU then its Linear, with the Linear through ops::linear: in
+// training its own autograd operation (the step's weight casts, ops/weight_casts.h; the bias gradient
+// summed in float32), elsewhere at::linear as the module's forward computes it. The module stays for
+// its checkpoint keys (adaLN_modulation.1.weight, .bias).
+at::Tensor modulation(torch::nn::Sequential& m, const at::Tensor& c) {
+  return ops::linear(*m[1]->as<torch::nn::Linear>(), at::silu(c));  // (N, k·D)
+}
+
 }  // namespace
 
 DiTBlock::DiTBlock(const ModelConfig& c) {
@@ -95,7 +103,7 @@ DiTBlock::DiTBlock(const ModelConfig& c) {
 }
 
 at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
-  auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+  auto m = modulation(adaLN_modulation, c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); ops/block_ops.h fuses the chains
   const double eps = norm1->options.eps();
   if (ops::fp8_ln_fused() && !at::GradMode::is_enabled() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
@@ -111,7 +119,7 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
 }
 
 DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
-  auto m = adaLN_modulation->forward(c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+  auto m = modulation(adaLN_modulation, c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
   const double eps = norm1->options.eps();
   if (ops::fp8_ln_fused() && !at::GradMode::is_enabled() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
     // FP8 sampling: each LayerNorm-modulate writes the e4m3 rows the next GEMM reads, as in forward
@@ -141,12 +149,12 @@ FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
 }
 
 at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
-  auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
+  auto m = modulation(adaLN_modulation, c).chunk(2, 1);  // shift, scale: (N, D)
   return ops::linear(linear, ops::layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
 }
 
 at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c) {
-  auto m = adaLN_modulation->forward(c).chunk(2, 1);  // shift, scale: (N, D)
+  auto m = modulation(adaLN_modulation, c).chunk(2, 1);  // shift, scale: (N, D)
   const double eps = norm_final->options.eps();
   const at::Tensor a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps).modulated
                                          : ops::layer_norm_modulate(in.x, m[0], m[1], eps);  // (N, T, D)

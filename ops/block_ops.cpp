@@ -1,4 +1,5 @@
 #include "ops/block_ops.h"
+#include "ops/offered_sums.h"
 
 #include <atomic>
 
@@ -167,8 +168,12 @@ struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidua
     const at::ScalarType vec_dtype = shift_dtype == scale.scalar_type() && shift_dtype == gate.scalar_type() ? shift_dtype : at::kFloat;
 #ifdef NALA_WITH_CUDA
     if (residual_norm_training_backward_fused() && cuda::residual_layer_norm_modulate_training_backward_supported(res, y, dout.scalar_type())) {
+      // Σ_rows dy from the kernel, offered to the backward of the layer that made y (its bias gradient)
+      const bool sums = residual_dy_sums() && ctx->needs_input_grad(2) && cuda::residual_norm_dy_sums_supported(y.size(-1));
+      at::Tensor dy_sum;  // (D) float32
       std::tie(dres, dshift, dscale, dy, dgate) =
-          cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, scale, grads[1], gate, y, vec_dtype);
+          cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, scale, grads[1], gate, y, vec_dtype, sums ? &dy_sum : nullptr);
+      if (dy_sum.defined() && dy.scalar_type() == y.scalar_type()) offer_column_sums(dy, dy_sum);  // dy is returned as it is below
       residual_norm_backward_kernel_count.fetch_add(1, std::memory_order_relaxed);
     }
 #endif

@@ -32,6 +32,7 @@ std::atomic<int> g_residual_staged{-1};
 std::atomic<int> g_qkvg_in_place{-1};
 std::atomic<int> g_qkvg_column_sums{-1};
 std::atomic<int> g_weight_casts{-1};
+std::atomic<int> g_residual_dy_sums{-1};
 std::atomic<int64_t> g_recomputations{0};
 
 int switch_from_environment(const char* name, int fallback) {
@@ -116,6 +117,8 @@ void set_qkvg_grads_in_place(bool on) { g_qkvg_in_place = on ? 1 : 0; }
 bool qkvg_column_sums_in_kernel() { return read_switch(g_qkvg_column_sums, "NALA_QKVG_COLUMN_SUMS", 1); }
 void set_qkvg_column_sums_in_kernel(bool on) { g_qkvg_column_sums = on ? 1 : 0; }
 
+bool residual_dy_sums() { return read_switch(g_residual_dy_sums, "NALA_RESIDUAL_DY_SUMS", 1); }
+void set_residual_dy_sums(bool on) { g_residual_dy_sums = on ? 1 : 0; }
 bool weight_casts_enabled() { return read_switch(g_weight_casts, "NALA_WEIGHT_CASTS", 1); }
 void set_weight_casts_enabled(bool on) { g_weight_casts = on ? 1 : 0; }
 

@@ -185,6 +185,13 @@ void set_qkvg_column_sums_in_kernel(bool on);
 bool residual_norm_staged();
 void set_residual_norm_staged(bool on);
 
+// The gated residual + LayerNorm-modulate's training backward (one kernel, NALA_RESIDUAL_NORM_TRAIN_BWD)
+// sums dy as it stores it and offers the sums as the bias gradient of the layer that made y (proj,
+// fc2; ops/offered_sums.h), which then skips its column sum: NALA_RESIDUAL_DY_SUMS=1 (default), for
+// D ≤ 768 (the sums in registers); 0 leaves the column sums. Any other value is an error.
+bool residual_dy_sums();
+void set_residual_dy_sums(bool on);
+
 // The training step's casts of its parameters in one pass (ops/weight_casts.h): NALA_WEIGHT_CASTS=1
 // (default) has the training step (train/train_step.cpp, `nala bench train`) use them under bf16
 // autocast on one CUDA process; 0 leaves every cast to autocast. Any other value is an error.

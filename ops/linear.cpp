@@ -8,6 +8,7 @@
 #include "ops/fused_ops.h"
 #include "ops/weight_casts.h"
 #include "ops/linear_fp8.h"
+#include "ops/offered_sums.h"
 
 #ifdef NALA_WITH_CUDA
 #include "ops/cuda/column_sum.h"
@@ -92,7 +93,10 @@ LinearGrads linear_grads(const at::Tensor& dout2, const at::Tensor& x2, const at
 #endif
   if (need_x && !d.x.defined()) d.x = dout2.mm(w);         // (R, in)
   if (need_w && !d.w.defined()) d.w = dout2.t().mm(x2);    // (out, in)
-  if (need_b && !d.b.defined()) d.b = column_sum(dout2).to(b_dtype);  // (out)
+  if (need_b && !d.b.defined()) {
+    const at::Tensor offered = take_column_sums(dout2);  // (out): a backward that wrote dout2 summed it (ops/offered_sums.h)
+    d.b = (offered.defined() ? offered : column_sum(dout2)).to(b_dtype);  // (out)
+  }
   return d;
 }
 

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "ops/cuda/block_kernels.h"
+#include "ops/cuda/column_sum.h"
 #include "ops/fused_ops.h"
 
 namespace nala::ops::cuda {
@@ -325,6 +326,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_m
   return {res, out, mean, rstd};
 }
 
+bool residual_norm_dy_sums_supported(int64_t D) { return D > 0 && D <= 768 && D % 4 == 0; }  // NV ≤ 6: the sums in registers (ln_modulate_bwd)
+
 bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& res, const at::Tensor& y, at::ScalarType dout_dtype) {
   DType a, b;
   return res.is_cuda() && y.is_cuda() && res.dim() == 3 && res.sizes() == y.sizes() && res.numel() > 0 && dout_dtype == y.scalar_type() &&
@@ -333,7 +336,7 @@ bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training_backward(
     const at::Tensor& dout_in, const at::Tensor& res_in, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres_in,
-    const at::Tensor& gate, const at::Tensor& y_in, at::ScalarType sums_dtype) {
+    const at::Tensor& gate, const at::Tensor& y_in, at::ScalarType sums_dtype, at::Tensor* dy_sum) {
   TORCH_CHECK(residual_layer_norm_modulate_training_backward_supported(res_in, y_in, dout_in.scalar_type()),
               "residual_layer_norm_modulate_training_backward: the kernel does not take res ", res_in.sizes(), " ", res_in.scalar_type(), ", y ",
               y_in.sizes(), " ", y_in.scalar_type(), " and a ", dout_in.scalar_type(), " gradient");
@@ -351,7 +354,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_
   q.gate = g.v;
   q.dy = dy.data_ptr();
   q.dgate_part = dg.data_ptr<float>();
+  at::Tensor dy_part;  // (N, chunks, D) where dy's sums are asked for
+  if (dy_sum) {
+    TORCH_CHECK(residual_norm_dy_sums_supported(y.size(2)), "gated_residual + layer_norm_modulate backward: dy's sums need D ≤ 768, got ", y.size(2));
+    dy_part = at::empty_like(b.ds);
+    q.dy_part = dy_part.data_ptr<float>();
+  }
   launch_residual_layer_norm_modulate_training_backward(b.p, q, stream());
+  if (dy_sum) *dy_sum = sum_partials(dy_part.view({-1, dy_part.size(2)}));  // (D): the chunks' partials of every sample, added in order
   const auto sums = sum_chunks({b.dh, b.ds, dg}, sums_dtype);  // dshift, dscale, dgate (N, D)
   return {b.dx, sums[0], sums[1], dy, sums[2]};
 }

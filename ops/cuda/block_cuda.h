@@ -52,11 +52,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_m
 
 // Its backward in one kernel: {dx (res's dtype, dres added where defined), dshift, dscale, dy (y's
 // dtype), dgate (N, D) float32}, bit for bit layer_norm_modulate_backward(dout, res, …, dres) then
-// gated_residual_backward(dx, gate, y); dout in y's dtype.
+// gated_residual_backward(dx, gate, y); dout in y's dtype. With dy_sum (where
+// residual_norm_dy_sums_supported(D)): *dy_sum = Σ_rows dy as stored, (D) float32, from the same
+// kernel (the bias gradient of the layer that made y).
 bool residual_layer_norm_modulate_training_backward_supported(const at::Tensor& res, const at::Tensor& y, at::ScalarType dout_dtype);
+bool residual_norm_dy_sums_supported(int64_t D);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_layer_norm_modulate_training_backward(
     const at::Tensor& dout, const at::Tensor& res, const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& scale, const at::Tensor& dres,
-    const at::Tensor& gate, const at::Tensor& y, at::ScalarType sums_dtype = at::kFloat);
+    const at::Tensor& gate, const at::Tensor& y, at::ScalarType sums_dtype = at::kFloat, at::Tensor* dy_sum = nullptr);
 
 bool bias_gelu_supported(const at::Tensor& y);
 // y (..., F); bias (F,). Returns GELU_tanh(y + bias) in y's dtype.

@@ -385,20 +385,26 @@ __global__ void __launch_bounds__(kStagedWarps * 32) residual_ln_modulate_staged
 // ops/block_ops.cpp GatedResidualLayerNormModulateFn, where x = res = x₀ + gate·y): with d the row's dx
 // as stored (in TX), dy = d·gate (in TY) and dgate = Σ_T d·y, gated_residual_bwd's arithmetic on the
 // same rows in the same order, so the same bits, and dx not read back.
+// dy_part (optional, NV ≤ 6 only): Σ_T dy as stored, per (sample, chunk) as dgate's: the bias
+// gradient of the layer whose output y is (ops/offered_sums.h), instead of a column sum over dy.
 template <typename TY>
 struct GateBackward {
   const TY* y = nullptr;
   SampleVec gate;
   TY* dy = nullptr;
   float* dgate_part = nullptr;
+  float* dy_part = nullptr;
 };
 
 // x̂ = (x − μ)·r, g = dout·(1 + scale): dx = r·(g − mean(g) − x̂·mean(g·x̂)), dscale = Σ_T dout·x̂,
 // dshift = Σ_T dout (ops/block_ops.cpp derives them); dres, where given, is added to dx.
 // GATED: the gated residual's backward too (GateBackward); its dgate sums sit in registers up to
 // NV 6 and in shared memory past it (registers: NV 9 already holds ≈ 5·36 floats a lane).
+// NV ≤ 3: 4 blocks an SM asked for (128 registers). With dy's sums the bf16 kernel needed 148 and ran
+// 3 blocks an SM; capped, it holds 128 without spilling (ptxas, sm_90; the fp16 and float32 variants,
+// already past 128 before the sums, spill 24 bytes).
 template <typename TX, typename TO, int NV, typename TY = TO, bool GATED = false>
-__global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
+__global__ void __launch_bounds__(kWarps * 32, NV <= 3 ? 4 : 1) ln_modulate_bwd(const TO* __restrict__ dout, const TX* __restrict__ x,
                                                                  const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
                                                                  const SampleVec scale, const TX* __restrict__ dres, TX* __restrict__ dx,
                                                                  float* __restrict__ dscale_part, float* __restrict__ dshift_part,
@@ -413,6 +419,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
   const int D4 = D / 4;
   float acc_scale[NV][4] = {}, acc_shift[NV][4] = {};
   float acc_gate[GATED && kGateRegs ? NV : 1][4] = {};
+  float acc_dy[GATED && kGateRegs ? NV : 1][4] = {};  // Σ dy as stored, where gb.dy_part asks
   if constexpr (GATED && !kGateRegs) {
     // each lane clears, adds to and (before the barrier at the end) leaves only its own channels of its
     // warp's row: no other thread touches them before that barrier
@@ -517,9 +524,13 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
           load_sample4(gb.gate, n, 4 * c, gv);  // the sample's gate: cached after the first row
 #pragma unroll
           for (int e = 0; e < 4; ++e) o[e] = g[j][e] * gv[e];
+          store4_rounded(gb.dy + row * D + 4 * c, o);  // o as stored from here
           if constexpr (kGateRegs) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc_gate[j][e] += g[j][e] * b[j][e];
+            if (gb.dy_part)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc_dy[j][e] += o[e];
           } else {
             float* sums = sm_gate + warp * D + 4 * c;
             float acc[4];
@@ -528,7 +539,6 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
             for (int e = 0; e < 4; ++e) acc[e] += g[j][e] * b[j][e];
             store4(sums, acc);
           }
-          store4(gb.dy + row * D + 4 * c, o);
         }
       }
     }
@@ -554,6 +564,16 @@ __global__ void __launch_bounds__(kWarps * 32) ln_modulate_bwd(const TO* __restr
     }
     __syncthreads();
     write_partial(kGateRegs ? sm : sm_gate, gb.dgate_part, n, chunk, chunks, D);
+    if constexpr (kGateRegs) {
+      if (gb.dy_part) {  // the same for every thread of the block: the barriers are safe
+        __syncthreads();  // dgate's partials read sm
+#pragma unroll
+        for (int j = 0; j < NV; ++j)
+          if (lane + 32 * j < D4) store4(sm + warp * D + 4 * (lane + 32 * j), acc_dy[j]);
+        __syncthreads();
+        write_partial(sm, gb.dy_part, n, chunk, chunks, D);
+      }
+    }
   }
 }
 
@@ -889,7 +909,8 @@ void launch_residual_layer_norm_modulate_training_backward(const LayerNormModula
     using TX = typename decltype(tx)::T;
     using TY = typename decltype(ty)::T;  // dout's type too
     with_nv(p.s.D, [&](auto nv) {
-      const GateBackward<TY> gb{static_cast<const TY*>(g.y), g.gate, static_cast<TY*>(g.dy), g.dgate_part};
+      if (g.dy_part && decltype(nv)::value > 6) throw std::runtime_error("gated_residual + layer_norm_modulate backward: dy's sums need D ≤ 768");
+      const GateBackward<TY> gb{static_cast<const TY*>(g.y), g.gate, static_cast<TY*>(g.dy), g.dgate_part, g.dy_part};
       ln_modulate_bwd<TX, TY, decltype(nv)::value, TY, true><<<grid, kWarps * 32, smem, cudaStream_t(stream)>>>(
           static_cast<const TY*>(p.dout), static_cast<const TX*>(p.x), p.mean, p.rstd, p.scale, static_cast<const TX*>(p.dres), static_cast<TX*>(p.dx),
           p.dscale_part, p.dshift_part, p.s.T, p.s.D, p.s.rows_per_chunk, p.s.chunks(), gb);

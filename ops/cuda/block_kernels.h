@@ -61,6 +61,9 @@ struct GatedResidualParams {
   const void* dout = nullptr;
   void* dy = nullptr;
   float* dgate_part = nullptr;
+  // the training backward's option (launch_residual_layer_norm_modulate_training_backward, D ≤ 768):
+  // Σ_T dy as stored, per (sample, chunk) as dgate_part, or null
+  float* dy_part = nullptr;
 };
 
 // Sampling: res = x + gate · y and out = LayerNorm(res) · (1 + scale) + shift in one pass (the gated

@@ -18,6 +18,7 @@
 #include "ops/cuda/block_cuda.h"
 #include "ops/cuda/block_kernels.h"
 #include "models/dit.h"
+#include "ops/offered_sums.h"
 #include "ops/split_heads.h"
 
 using namespace nala::ops;
@@ -550,6 +551,21 @@ TEST_F(BlockKernels, ResidualLayerNormModulateTrainingBackwardEqualsTheTwoKernel
         EXPECT_TRUE(at::equal(dscale, dscale2)) << what;
         EXPECT_TRUE(at::equal(dy, dy2)) << what;
         EXPECT_TRUE(at::equal(dgate, dgate2)) << what << ": max |difference| " << (dgate - dgate2).abs().max().item<double>();
+        // with dy's sums (NALA_RESIDUAL_DY_SUMS, D ≤ 768): every output as before, and the sums those of dy as
+        // stored, against float64 (float32 partials over 32-token chunks: a few float32 units of Σ |dy|)
+        ASSERT_EQ(cuda::residual_norm_dy_sums_supported(D), D <= 768) << what;
+        if (D <= 768) {
+          at::Tensor dy_sum;
+          const auto [dx3, dshift3, dscale3, dy3, dgate3] =
+              cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, m[2], dres, m[0], y, at::kFloat, &dy_sum);
+          EXPECT_TRUE(at::equal(dx3, dx) && at::equal(dshift3, dshift) && at::equal(dscale3, dscale) && at::equal(dy3, dy) && at::equal(dgate3, dgate))
+              << what << ": the sums changed another output";
+          ASSERT_TRUE(dy_sum.defined()) << what;
+          EXPECT_EQ(dy_sum.scalar_type(), at::kFloat) << what;
+          const at::Tensor want = dy.to(at::kDouble).sum(at::IntArrayRef{0, 1}), bound = dy.to(at::kDouble).abs().sum(at::IntArrayRef{0, 1}) * 1e-6 + 1e-9;  // (D) ×2
+          EXPECT_TRUE(((dy_sum.to(at::kDouble) - want).abs() <= bound).all().item<bool>())
+              << what << ": dy's sums, max |difference| " << (dy_sum.to(at::kDouble) - want).abs().max().item<double>();
+        }
       }
   const at::Tensor x = at::randn({1, 4, 64}, at::kCUDA);
   EXPECT_FALSE(cuda::residual_layer_norm_modulate_training_backward_supported(x, x.to(at::kBFloat16), at::kFloat));  // dout in y's dtype only
@@ -617,6 +633,8 @@ TEST_F(BlockKernels, DitTrainingChainedEqualsTheBlocks) {
           if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
         return at::cat(g);
       };
+      const bool dy_sums = residual_dy_sums();
+      set_residual_dy_sums(false);  // the bias gradients of proj and fc2 as column sums, as the blocks one by one sum them
       const at::Tensor blocks = step(false);
       const bool bwd_fused = residual_norm_training_backward_fused();
       for (bool one_kernel : {false, true}) {  // the backward as the two kernels, then as one (NALA_RESIDUAL_NORM_TRAIN_BWD)
@@ -628,7 +646,22 @@ TEST_F(BlockKernels, DitTrainingChainedEqualsTheBlocks) {
         // every backward one kernel where asked, the last block's (whose residual output nothing reads: no gradient) included
         EXPECT_EQ(residual_layer_norm_modulate_backward_kernel_calls() - bwd0, one_kernel ? 2 * model->config().depth : 0) << what;
         EXPECT_TRUE(at::equal(chained, blocks)) << what << ": max |difference| " << (chained - blocks).abs().max().item<double>();
+        if (!one_kernel) continue;
+        // NALA_RESIDUAL_DY_SUMS=1: proj's and fc2's bias gradients from the one kernel's sums of dy, taken
+        // by every gated residual's layer; they alone move, by the float32 sum's reordering
+        set_residual_dy_sums(true);
+        const int64_t taken0 = column_sums_taken();
+        const at::Tensor summed = step(true);
+        set_residual_dy_sums(false);
+        EXPECT_EQ(column_sums_taken() - taken0, 2 * model->config().depth) << what;
+        const at::Tensor diff = (summed - chained).abs();
+        const int64_t moved = (diff > 0).sum().item<int64_t>();
+        std::printf("  %s, dy's sums: %ld values moved (the two biases a block hold %ld), max |difference| %.2e of max %.2e\n", what.c_str(),
+                    long(moved), long(2 * model->config().depth * model->config().hidden), diff.max().item<double>(), chained.abs().max().item<double>());
+        EXPECT_LE(moved, 2 * model->config().depth * model->config().hidden) << what;
+        EXPECT_LT(diff.max().item<double>(), 1e-5 * chained.abs().max().item<double>()) << what;
       }
+      set_residual_dy_sums(dy_sums);
       set_residual_norm_training_backward_fused(bwd_fused);
     }
   }
