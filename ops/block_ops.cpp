@@ -169,7 +169,8 @@ struct GatedResidualLayerNormModulateFn : torch::autograd::Function<GatedResidua
 #ifdef NALA_WITH_CUDA
     if (residual_norm_training_backward_fused() && cuda::residual_layer_norm_modulate_training_backward_supported(res, y, dout.scalar_type())) {
       // Σ_rows dy from the kernel, offered to the backward of the layer that made y (its bias gradient)
-      const bool sums = residual_dy_sums() && ctx->needs_input_grad(2) && cuda::residual_norm_dy_sums_supported(y.size(-1));
+      // (not with NALA_GEMM_BGRAD=1, whose weight-gradient GEMM makes the bias gradient and would leave the sums untaken)
+      const bool sums = residual_dy_sums() && !gemm_bias_grads() && ctx->needs_input_grad(2) && cuda::residual_norm_dy_sums_supported(y.size(-1));
       at::Tensor dy_sum;  // (D) float32
       std::tie(dres, dshift, dscale, dy, dgate) =
           cuda::residual_layer_norm_modulate_training_backward(dout, res, mean, rstd, scale, grads[1], gate, y, vec_dtype, sums ? &dy_sum : nullptr);

@@ -21,10 +21,10 @@ std::atomic<int64_t> taken{0};
 }  // namespace
 
 void offer_column_sums(const at::Tensor& g, const at::Tensor& sums) {
-  TORCH_CHECK(g.defined() && g.dim() >= 1 && sums.dim() == 1 && sums.scalar_type() == at::kFloat && sums.size(0) == g.size(-1) &&
+  TORCH_CHECK(g.defined() && g.dim() >= 1 && g.is_contiguous() && sums.dim() == 1 && sums.scalar_type() == at::kFloat && sums.size(0) == g.size(-1) &&
                   sums.device() == g.device(),
-              "offer_column_sums: sums must be (C) float32 beside a (…, C) gradient on its device, got ", sums.sizes(), " ",
-              sums.scalar_type(), " for ", g.sizes());
+              "offer_column_sums: sums must be (C) float32 beside a contiguous (…, C) gradient on its device, got ", sums.sizes(), " ",
+              sums.scalar_type(), " for ", g.sizes(), g.defined() && !g.is_contiguous() ? " (not contiguous)" : "");
   if (offers.size() >= size_t(kMaxOffers)) offers.erase(offers.begin());
   Offer o;
   o.storage = g.storage().getWeakStorageImpl();
@@ -36,7 +36,8 @@ void offer_column_sums(const at::Tensor& g, const at::Tensor& sums) {
 }
 
 at::Tensor take_column_sums(const at::Tensor& g2) {
-  if (offers.empty() || !g2.defined() || g2.dim() < 1 || !g2.has_storage()) return at::Tensor();
+  // contiguous only: a transposed alias of a square gradient has the same storage, offset and sizes
+  if (offers.empty() || !g2.defined() || g2.dim() < 1 || !g2.has_storage() || !g2.is_contiguous()) return at::Tensor();
   for (auto it = offers.begin(); it != offers.end(); ++it) {
     const c10::intrusive_ptr<c10::StorageImpl> s = it->storage.lock();
     if (s && s.get() == g2.storage().unsafeGetStorageImpl() && it->offset == g2.storage_offset() && it->numel == g2.numel() &&

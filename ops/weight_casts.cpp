@@ -66,6 +66,10 @@ WeightCasts::Scope::Scope(WeightCasts* w) : previous_(g_active) { g_active = w; 
 WeightCasts::Scope::~Scope() { g_active = previous_; }
 
 void WeightCasts::refresh() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& k : kept_) k = at::Tensor();  // a backward whose gradients were never taken (an exception between) adds nothing to this step
+  }
   if (params_.empty()) return;
   at::NoGradGuard ng;
   std::vector<at::Tensor> src;

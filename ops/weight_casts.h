@@ -19,7 +19,11 @@
 // forward has its two gradients added in bf16, as autograd adds them at autocast's one cached cast.
 //
 // A parameter whose version moved since refresh() (changed in place) is not handed out: the caller
-// falls back to autocast's own cast. Views of a parameter (the patch embedding's reshaped kernel)
+// falls back to autocast's own cast. A parameter that also reaches the GEMMs another way (autocast's
+// own cast, or read in float32) gets that part of its gradient from autograd into .grad and the kept
+// part added in float32 by take_gradients: the right sum, not necessarily autocast's bits. The
+// autograd nodes point at this object: it must outlive every graph built while its Scope was open
+// (TrainStep and `nala bench train` own theirs for the whole run). Views of a parameter (the patch embedding's reshaped kernel)
 // are not registered parameters and take autocast's path too.
 #pragma once
 #include <cstdint>
@@ -50,7 +54,8 @@ class WeightCasts {
    private:
     WeightCasts* previous_;
   };
-  // Copies every parameter into its cast (one multi-tensor copy) and records its version. Call it
+  // Copies every parameter into its cast (one multi-tensor copy) and records its version; drops any
+  // kept gradient a take_gradients() never collected. Call it
   // after the parameters last changed (the previous step's optimizer) and before the forward, then
   // open a Scope for the forward.
   void refresh();

@@ -40,6 +40,12 @@ TEST(OfferedSums, TakenOnlyForTheTensorTheyWereOfferedWith) {
     ASSERT_TRUE(s.defined()) << i;
     EXPECT_EQ(s[0].item<double>(), double(i));
   }
+  // a square gradient's transposed alias: the same storage, offset, size and width, the other axis's sums
+  const at::Tensor sq = at::randn({4, 4});
+  offer_column_sums(sq, sq.sum(0));
+  EXPECT_FALSE(take_column_sums(sq.t()).defined()) << "a transposed alias";
+  EXPECT_TRUE(take_column_sums(sq).defined());
+  EXPECT_THROW(offer_column_sums(sq.t(), sq.sum(1)), c10::Error) << "a gradient that is not contiguous";
   EXPECT_THROW(offer_column_sums(g, at::randn({3})), c10::Error) << "sums of another width";
   EXPECT_THROW(offer_column_sums(g, at::randn({4}, at::kDouble)), c10::Error) << "not float32";
 }

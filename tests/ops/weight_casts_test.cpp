@@ -132,6 +132,26 @@ TEST(WeightCasts, HandsOutOnlyFreshCastsOfItsParametersInItsScope) {
   for (int64_t i = 1; i < casts.size(); ++i) EXPECT_EQ((reinterpret_cast<uintptr_t>(casts.cast(i).data_ptr()) - first) % 512, 0u) << i;
 }
 
+// A backward whose gradients were never taken (an exception between backward and take_gradients)
+// adds nothing to the next step: refresh() drops them.
+TEST(WeightCasts, RefreshDropsGradientsNeverTaken) {
+  Params p = make_params();
+  WeightCasts casts(p.list(), at::kBFloat16);
+  const at::Tensor x = at::randn({12, 8}).to(at::kBFloat16);  // (R, D)
+  casts.refresh();
+  {
+    WeightCasts::Scope scope(&casts);
+    net(x, p, [](const at::Tensor& t) { return WeightCasts::operand(t, at::kBFloat16); }).backward();
+  }
+  size_t kept = 0;
+  for (const auto& k : casts.kept_gradients()) kept += k.defined();
+  EXPECT_EQ(kept, 4u);
+  casts.refresh();  // the next step, without take_gradients()
+  for (const auto& k : casts.kept_gradients()) EXPECT_FALSE(k.defined());
+  casts.take_gradients();
+  for (const auto& t : p.list()) EXPECT_FALSE(t.grad().defined());
+}
+
 TEST(WeightCasts, RejectsWhatItCannotCast) {
   const at::Tensor ok = at::randn({4}).requires_grad_();
   auto message = [](const std::function<void()>& f) {
