@@ -13,6 +13,7 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
 
+#include "ops/fused_ops.h"
 #include "ops/linear.h"
 #include "ops/linear_fp8.h"
 #include "ops/mlp.h"
@@ -87,7 +88,7 @@ torch::nn::LayerNorm plain_layer_norm(int64_t d) {
 // training its own autograd operation (the step's weight casts, ops/weight_casts.h; the bias gradient
 // summed in float32), elsewhere at::linear as the module's forward computes it. The module stays for
 // its checkpoint keys (adaLN_modulation.1.weight, .bias).
-at::Tensor modulation(torch::nn::Sequential& m, const at::Tensor& c) {
+at::Tensor adaln(torch::nn::Sequential& m, const at::Tensor& c) {
   return ops::linear(*m[1]->as<torch::nn::Linear>(), at::silu(c));  // (N, k·D)
 }
 
@@ -102,8 +103,16 @@ DiTBlock::DiTBlock(const ModelConfig& c) {
   adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(D, 6 * D)));
 }
 
+std::vector<at::Tensor> DiTBlock::modulation(const at::Tensor& c) {
+  return adaln(adaLN_modulation, c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+}
+
 at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
-  auto m = modulation(adaLN_modulation, c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+  return forward(x, modulation(c), grid_h, grid_w);  // (N, T, D)
+}
+
+at::Tensor DiTBlock::forward(const at::Tensor& x, const std::vector<at::Tensor>& m, int64_t grid_h, int64_t grid_w) {
+  TORCH_CHECK(m.size() == 6, "DiTBlock: the modulation has 6 parts, got ", m.size());
   // x + gate·mixer(LayerNorm(x)·(1 + scale) + shift), twice (DiT models.py:115-119); ops/block_ops.h fuses the chains
   const double eps = norm1->options.eps();
   if (ops::fp8_ln_fused() && !at::GradMode::is_enabled() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
@@ -119,7 +128,11 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const at::Tensor& c, int64_t g
 }
 
 DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
-  auto m = modulation(adaLN_modulation, c).chunk(6, 1);  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: (N, D)
+  return forward_chained(std::move(in), modulation(c), grid_h, grid_w);
+}
+
+DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const std::vector<at::Tensor>& m, int64_t grid_h, int64_t grid_w) {
+  TORCH_CHECK(m.size() == 6, "DiTBlock: the modulation has 6 parts, got ", m.size());
   const double eps = norm1->options.eps();
   if (ops::fp8_ln_fused() && !at::GradMode::is_enabled() && attn->takes_fp8_input() && mlp->takes_fp8_input()) {
     // FP8 sampling: each LayerNorm-modulate writes the e4m3 rows the next GEMM reads, as in forward
@@ -148,13 +161,21 @@ FinalLayer::FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels) {
   adaLN_modulation = register_module("adaLN_modulation", torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(hidden, 2 * hidden)));
 }
 
-at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) {
-  auto m = modulation(adaLN_modulation, c).chunk(2, 1);  // shift, scale: (N, D)
+std::vector<at::Tensor> FinalLayer::modulation(const at::Tensor& c) {
+  return adaln(adaLN_modulation, c).chunk(2, 1);  // shift, scale: (N, D)
+}
+
+at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) { return forward(x, modulation(c)); }
+
+at::Tensor FinalLayer::forward(const at::Tensor& x, const std::vector<at::Tensor>& m) {
+  TORCH_CHECK(m.size() == 2, "FinalLayer: the modulation has 2 parts, got ", m.size());
   return ops::linear(linear, ops::layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
 }
 
-at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c) {
-  auto m = modulation(adaLN_modulation, c).chunk(2, 1);  // shift, scale: (N, D)
+at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c) { return forward_chained(std::move(in), modulation(c)); }
+
+at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const std::vector<at::Tensor>& m) {
+  TORCH_CHECK(m.size() == 2, "FinalLayer: the modulation has 2 parts, got ", m.size());
   const double eps = norm_final->options.eps();
   const at::Tensor a = in.gate.defined() ? ops::gated_residual_layer_norm_modulate(in.x, in.gate, in.y, m[0], m[1], eps).modulated
                                          : ops::layer_norm_modulate(in.x, m[0], m[1], eps);  // (N, T, D)
@@ -258,15 +279,26 @@ at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tens
   const int64_t gh = c.grid(), gw = c.grid();
   at::Tensor h = x_embedder->forward(x) + pos_embed;                                   // (N, T, D)
   at::Tensor cond = t_embedder->forward(t) + y_embedder->forward(y, is_training(), force_drop);  // (N, D)
+  // each block's modulation: made in the block from cond, or all at once while training (stacked_modulations)
+  const bool stacked = ops::stacked_modulation() && at::GradMode::is_enabled();
+  const std::vector<at::Tensor> mods = stacked ? stacked_modulations(cond) : std::vector<at::Tensor>{};  // (N, D) each
+  const auto block_mod = [&](size_t i) { return std::vector<at::Tensor>(mods.begin() + 6 * i, mods.begin() + 6 * i + 6); };
+  const auto final_mod = [&] { return std::vector<at::Tensor>(mods.end() - 2, mods.end()); };
   at::Tensor out;
   if (ops::residual_norm_fused()) {
     // each gated residual added with the LayerNorm-modulate after it (DiTBlock::forward_chained)
     DiTBlock::PendingResidual p{std::move(h), {}, {}};
-    for (auto& b : *blocks) p = b->as<DiTBlock>()->forward_chained(std::move(p), cond, gh, gw);  // the old pending sum freed inside
-    out = unpatchify(final_layer->forward_chained(std::move(p), cond), gh, gw);                 // (N, outC, H, W)
+    for (size_t i = 0; i < blocks->size(); ++i) {  // the old pending sum freed inside
+      auto* b = blocks[i]->as<DiTBlock>();
+      p = stacked ? b->forward_chained(std::move(p), block_mod(i), gh, gw) : b->forward_chained(std::move(p), cond, gh, gw);
+    }
+    out = unpatchify(stacked ? final_layer->forward_chained(std::move(p), final_mod()) : final_layer->forward_chained(std::move(p), cond), gh, gw);  // (N, outC, H, W)
   } else {
-    for (auto& b : *blocks) h = b->as<DiTBlock>()->forward(h, cond, gh, gw);         // (N, T, D)
-    out = unpatchify(final_layer->forward(h, cond), gh, gw);                         // (N, outC, H, W)
+    for (size_t i = 0; i < blocks->size(); ++i) {
+      auto* b = blocks[i]->as<DiTBlock>();
+      h = stacked ? b->forward(h, block_mod(i), gh, gw) : b->forward(h, cond, gh, gw);  // (N, T, D)
+    }
+    out = unpatchify(stacked ? final_layer->forward(h, final_mod()) : final_layer->forward(h, cond), gh, gw);  // (N, outC, H, W)
   }
   if (c.family == "SiT" && c.learn_sigma) out = out.narrow(1, 0, c.in_channels);     // SiT models.py:245-246
   return out;
@@ -282,6 +314,29 @@ at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const
   // the official layout: both halves carry the guided channels, each keeps its own other channels
   at::Tensor second = g == out.size(1) ? guided : at::cat({guided.narrow(1, 0, g), out.narrow(0, half, half).narrow(1, g, out.size(1) - g)}, 1);
   return at::cat({guided, second});                                                   // (N, C', H, W)
+}
+
+// One SiLU and one GEMM for the 6·depth + 2 modulation vectors: c (N, D) times the adaLN weights
+// stacked in block order, [W_0; …; W_{depth−1}; W_final] (6·depth·D + 2D, D), plus the stacked biases.
+// At DiT-S/2's batch of 256 each block's own GEMMs are small (M = 256) and its SiLU, bias sum and
+// gradient adds launch-bound: 13 forward GEMMs, 26 backward GEMMs, 13 SiLU forwards and backwards,
+// 13 bias sums and 12 gradient adds for c become 3 GEMMs, one SiLU each way, one bias sum, the two
+// stacking copies and one copy for the split's backward. Each weight's part of the stacked gradient is
+// a row range of it, contiguous: the step's weight casts (ops/weight_casts.h) keep it as they keep a
+// layer's own.
+std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
+  std::vector<at::Tensor> w, b;
+  std::vector<int64_t> parts;
+  const auto add = [&](torch::nn::Sequential& m, int k) {
+    auto* l = m[1]->as<torch::nn::Linear>();
+    w.push_back(ops::autocast_gemm_operand(l->weight));  // (k·D, D), bf16 under autocast: the step's cast
+    b.push_back(l->bias);                                // (k·D)
+    parts.insert(parts.end(), k, l->weight.size(0) / k);
+  };
+  for (auto& blk : *blocks) add(blk->as<DiTBlock>()->adaLN_modulation, 6);
+  add(final_layer->adaLN_modulation, 2);
+  const at::Tensor all = ops::linear(at::silu(c), at::cat(w), at::cat(b));  // (N, 6·depth·D + 2D)
+  return at::split_with_sizes(all, parts, 1);                              // (N, D) each, one backward node for all
 }
 
 int64_t DiT::use_fp8_linears() {

@@ -60,6 +60,10 @@ class DiTBlock : public torch::nn::Module {
  public:
   DiTBlock(const ModelConfig& c);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& c, int64_t grid_h, int64_t grid_w);  // (N, T, D), (N, D)
+  // adaLN_modulation(c) as its six (N, D) parts: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp
+  std::vector<at::Tensor> modulation(const at::Tensor& c);
+  // forward with the modulation already made (m: modulation(c)'s six parts, or the model's stacked GEMM's)
+  at::Tensor forward(const at::Tensor& x, const std::vector<at::Tensor>& m, int64_t grid_h, int64_t grid_w);
   // A gated residual x + gate·y not yet added (gate undefined: x alone, before the first block).
   struct PendingResidual {
     at::Tensor x, gate, y;  // (N, T, D), (N, D), (N, T, D)
@@ -71,6 +75,7 @@ class DiTBlock : public torch::nn::Module {
   // sum, and in training its gradients. `in` by value: moved in, its tensors are freed once the sum
   // is made (sampling's peak memory; autograd keeps what the backward needs).
   PendingResidual forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w);
+  PendingResidual forward_chained(PendingResidual in, const std::vector<at::Tensor>& m, int64_t grid_h, int64_t grid_w);
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   std::shared_ptr<attention::TokenMixer> attn;
   std::shared_ptr<Mlp> mlp;
@@ -83,6 +88,9 @@ class FinalLayer : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& c);
   // forward of in.x + in.gate·in.y, the sum added in one pass with the LayerNorm-modulate (sampling)
   at::Tensor forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c);
+  std::vector<at::Tensor> modulation(const at::Tensor& c);  // shift, scale: (N, D) each
+  at::Tensor forward(const at::Tensor& x, const std::vector<at::Tensor>& m);
+  at::Tensor forward_chained(DiTBlock::PendingResidual in, const std::vector<at::Tensor>& m);
   torch::nn::LayerNorm norm_final{nullptr};
   torch::nn::Linear linear{nullptr};
   torch::nn::Sequential adaLN_modulation{nullptr};
@@ -134,6 +142,11 @@ class DiT : public torch::nn::Module {
   // model's dtype: their GEMMs are small and their error would reach every token. Returns how many
   // layers were switched (those with in and out features multiples of 16).
   int64_t use_fp8_linears();
+  // Every block's adaLN_modulation(c) and the final layer's, as the blocks would make them one by
+  // one (DiTBlock::modulation, FinalLayer::modulation), but from one SiLU(c) and one GEMM of the
+  // stacked weights: depth·6 + 2 parts of (N, D), in block order, the final layer's two last. The
+  // forward's path while gradients are wanted with NALA_STACKED_MODULATION=1 (ops/fused_ops.h).
+  std::vector<at::Tensor> stacked_modulations(const at::Tensor& c);
 
   at::Tensor pos_embed;
   std::shared_ptr<PatchEmbed> x_embedder;

@@ -191,6 +191,12 @@ void set_residual_norm_staged(bool on);
 // D ≤ 768 (the sums in registers); 0 leaves the column sums. Any other value is an error.
 bool residual_dy_sums();
 void set_residual_dy_sums(bool on);
+// While gradients are wanted, DiT::forward makes every block's adaLN modulation and the final layer's
+// from one SiLU(c) and one GEMM of the stacked weights (models/dit.h stacked_modulations) instead of
+// a SiLU and a GEMM a block: NALA_STACKED_MODULATION=1 (default); 0 the blocks' own. Sampling (no
+// gradient) keeps the blocks' own, which stacking would have to copy each step. Any other value is an error.
+bool stacked_modulation();
+void set_stacked_modulation(bool on);
 
 // The training step's casts of its parameters in one pass (ops/weight_casts.h): NALA_WEIGHT_CASTS=1
 // (default) has the training step (train/train_step.cpp, `nala bench train`) use them under bf16

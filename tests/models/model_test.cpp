@@ -333,6 +333,63 @@ TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
   nala::ops::set_fp8_ln_fused(true);
 }
 
+// While gradients are wanted DiT::forward makes every adaLN modulation from one SiLU and one GEMM of
+// the stacked weights (NALA_STACKED_MODULATION=1, DiT::stacked_modulations). In float64 its parts are
+// each block's own modulation (and the final layer's), and a training step's output and every
+// parameter's gradient equal those of the blocks' own modulations (=0) to rounding: softmax and gated
+// NaLa blocks, the blocks chained and not. The oracle is the module's own composition, SiLU then
+// at::linear, block by block.
+TEST(DiT, StackedModulationTrainsLikeTheBlocks) {
+  nala::ops::set_fused_block_ops(true);
+  for (const char* name : {"DiT-S/4", "NaLaSiT-S/4"}) {
+    auto c = model_config(name);
+    c.input_size = 8;
+    c.depth = 3;
+    torch::manual_seed(5);
+    DiT m(c);
+    m.to(at::kDouble);
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : m.parameters()) p.add_(at::randn_like(p) * 0.05);  // non-zero adaLN and final layers
+    }
+    m.eval();  // no label dropout
+    const at::Tensor cond = at::randn({2, c.hidden}, at::kDouble);  // (2, D)
+    {
+      const std::vector<at::Tensor> parts = m.stacked_modulations(cond);
+      ASSERT_EQ(parts.size(), size_t(6 * c.depth + 2)) << name;
+      for (int64_t i = 0; i <= c.depth; ++i) {
+        torch::nn::Sequential& seq = i < c.depth ? m.blocks[i]->as<DiTBlock>()->adaLN_modulation : m.final_layer->adaLN_modulation;
+        auto* lin = seq[1]->as<torch::nn::Linear>();
+        const at::Tensor want = at::linear(at::silu(cond), lin->weight, lin->bias);  // (2, k·D)
+        const int64_t k = want.size(1) / c.hidden;
+        const at::Tensor got = at::cat(std::vector<at::Tensor>(parts.begin() + 6 * i, parts.begin() + 6 * i + k), 1);  // (2, k·D)
+        EXPECT_LT((got - want).abs().max().item<double>(), 1e-13) << name << " block " << i;
+      }
+    }
+    const at::Tensor x = at::randn({2, 4, 8, 8}, at::kDouble), t = at::tensor({3.0, 700.0}), y = at::tensor({1L, 7L});
+    auto step = [&](bool stacked, bool chained) {
+      nala::ops::set_stacked_modulation(stacked);
+      nala::ops::set_residual_norm_fused(chained);
+      m.zero_grad();
+      at::Tensor out = m.forward(x, t, y);
+      (out * out).mean().backward();
+      std::vector<at::Tensor> g{out.detach().flatten()};
+      for (auto& p : m.parameters())
+        if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
+      return at::cat(g);
+    };
+    for (bool chained : {false, true}) {
+      const at::Tensor own = step(false, chained), stacked = step(true, chained);
+      ASSERT_EQ(own.numel(), stacked.numel()) << name;
+      const double scale = own.abs().max().item<double>();
+      EXPECT_LT((stacked - own).abs().max().item<double>(), 1e-12 * scale) << name << " chained " << chained;
+      EXPECT_GT(scale, 0) << name;
+    }
+  }
+  nala::ops::set_stacked_modulation(true);  // the defaults
+  nala::ops::set_residual_norm_fused(true);
+}
+
 // A training forward and backward with the blocks chained (NALA_RESIDUAL_NORM_FUSED=1: each gated
 // residual and the LayerNorm-modulate after it as one operation, DiTBlock::forward_chained) equals
 // the blocks one by one (=0) bit for bit on the CPU: output and every parameter's gradient, with the
