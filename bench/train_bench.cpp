@@ -69,7 +69,8 @@ int bench_train(int argc, char** argv) {
       train::AdamW opt(params, {});
       // as train/train_step.cpp: the weights cast in one pass, their gradients widened in one (NALA_WEIGHT_CASTS)
       std::unique_ptr<ops::WeightCasts> casts;
-      if (bf16 && ops::weight_casts_enabled()) casts = std::make_unique<ops::WeightCasts>(params, at::kBFloat16);
+      if (bf16 && ops::weight_casts_enabled())
+        casts = std::make_unique<ops::WeightCasts>(params, at::kBFloat16, std::vector<std::vector<at::Tensor>>{model->stacked_modulation_weights()});
       diffusion::GaussianDiffusion diff;
       at::Tensor x = at::randn({B, 4, L, L}, at::TensorOptions().device(dev));
       at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().device(dev).dtype(at::kLong));

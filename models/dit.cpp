@@ -320,23 +320,35 @@ at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const
 // stacked in block order, [W_0; …; W_{depth−1}; W_final] (6·depth·D + 2D, D), plus the stacked biases.
 // At DiT-S/2's batch of 256 each block's own GEMMs are small (M = 256) and its SiLU, bias sum and
 // gradient adds launch-bound: 13 forward GEMMs, 26 backward GEMMs, 13 SiLU forwards and backwards,
-// 13 bias sums and 12 gradient adds for c become 3 GEMMs, one SiLU each way, one bias sum, the two
-// stacking copies and one copy for the split's backward. Each weight's part of the stacked gradient is
-// a row range of it, contiguous: the step's weight casts (ops/weight_casts.h) keep it as they keep a
-// layer's own.
+// 13 bias sums and 12 gradient adds for c become 3 GEMMs, one SiLU each way, one bias sum, the
+// biases' stacking copy and one copy for the split's backward. The weights are read in place where the
+// training step's casts lie one after another (it lays them out so: stacked_modulation_weights), else
+// copied into one matrix. Each weight's part of the stacked gradient is a row range of it, which the
+// casts (ops/weight_casts.h) keep as they keep a layer's own.
 std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
-  std::vector<at::Tensor> w, b;
+  std::vector<at::Tensor> b;
   std::vector<int64_t> parts;
-  const auto add = [&](torch::nn::Sequential& m, int k) {
-    auto* l = m[1]->as<torch::nn::Linear>();
-    w.push_back(ops::autocast_gemm_operand(l->weight));  // (k·D, D), bf16 under autocast: the step's cast
-    b.push_back(l->bias);                                // (k·D)
-    parts.insert(parts.end(), k, l->weight.size(0) / k);
-  };
-  for (auto& blk : *blocks) add(blk->as<DiTBlock>()->adaLN_modulation, 6);
-  add(final_layer->adaLN_modulation, 2);
-  const at::Tensor all = ops::linear(at::silu(c), at::cat(w), at::cat(b));  // (N, 6·depth·D + 2D)
-  return at::split_with_sizes(all, parts, 1);                              // (N, D) each, one backward node for all
+  for (auto* l : modulation_linears()) {
+    b.push_back(l->bias);                                             // (k·D)
+    parts.insert(parts.end(), l->weight.size(0) / c.size(1), c.size(1));
+  }
+  // the weights as one operand: under the step's weight casts a view of their adjacent casts, else a copy
+  const at::Tensor w = ops::autocast_stacked_gemm_operand(stacked_modulation_weights());  // (6·depth·D + 2D, D)
+  const at::Tensor all = ops::linear(at::silu(c), w, at::cat(b));                         // (N, 6·depth·D + 2D)
+  return at::split_with_sizes(all, parts, 1);                                             // (N, D) each, one backward node for all
+}
+
+std::vector<torch::nn::LinearImpl*> DiT::modulation_linears() {
+  std::vector<torch::nn::LinearImpl*> v;
+  for (auto& blk : *blocks) v.push_back(blk->as<DiTBlock>()->adaLN_modulation[1]->as<torch::nn::Linear>());
+  v.push_back(final_layer->adaLN_modulation[1]->as<torch::nn::Linear>());
+  return v;
+}
+
+std::vector<at::Tensor> DiT::stacked_modulation_weights() {
+  std::vector<at::Tensor> v;
+  for (auto* l : modulation_linears()) v.push_back(l->weight);  // (k·D, D)
+  return v;
 }
 
 int64_t DiT::use_fp8_linears() {

@@ -147,6 +147,10 @@ class DiT : public torch::nn::Module {
   // stacked weights: depth·6 + 2 parts of (N, D), in block order, the final layer's two last. The
   // forward's path while gradients are wanted with NALA_STACKED_MODULATION=1 (ops/fused_ops.h).
   std::vector<at::Tensor> stacked_modulations(const at::Tensor& c);
+  // The adaLN weights in stacked_modulations' order (blocks, then the final layer's): the stack the
+  // training step's weight casts lay out one after another (ops/weight_casts.h), so that the
+  // stacked GEMM reads them in place.
+  std::vector<at::Tensor> stacked_modulation_weights();
 
   at::Tensor pos_embed;
   std::shared_ptr<PatchEmbed> x_embedder;
@@ -157,6 +161,7 @@ class DiT : public torch::nn::Module {
 
  private:
   ModelConfig config_;
+  std::vector<torch::nn::LinearImpl*> modulation_linears();  // every adaLN Linear, blocks then the final layer
 };
 
 }  // namespace nala::models

@@ -142,4 +142,12 @@ at::Tensor autocast_gemm_operand(const at::Tensor& t) {
   return t;
 }
 
+at::Tensor autocast_stacked_gemm_operand(const std::vector<at::Tensor>& ts) {
+  if (!ts.empty() && ts.front().is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA))
+    if (at::Tensor c = WeightCasts::stacked_operand(ts, at::autocast::get_autocast_dtype(at::kCUDA)); c.defined()) return c;  // (Σ rows, cols)
+  std::vector<at::Tensor> parts;
+  for (const auto& t : ts) parts.push_back(autocast_gemm_operand(t));  // (rows_k, cols)
+  return at::cat(parts);                                               // (Σ rows, cols)
+}
+
 }  // namespace nala::ops

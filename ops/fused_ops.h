@@ -216,5 +216,9 @@ at::ScalarType fused_result_dtype(const at::Tensor& x);
 // A GEMM operand as autocast casts at::linear's inputs: under CUDA autocast t in the autocast
 // dtype (autocast's cached cast, so a weight is cast once a forward), else t itself.
 at::Tensor autocast_gemm_operand(const at::Tensor& t);
+// The 2-D weights ts (equal column counts) stacked by rows, [t_0; t_1; …], as a GEMM operand in
+// autocast_gemm_operand's dtype: the training step's casts as one view where they lie one after
+// another (ops/weight_casts.h stacked_operand), else the concatenation of each one's operand.
+at::Tensor autocast_stacked_gemm_operand(const std::vector<at::Tensor>& ts);
 
 }  // namespace nala::ops

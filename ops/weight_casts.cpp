@@ -35,9 +35,36 @@ struct CastFn : torch::autograd::Function<CastFn> {
   }
 };
 
+// the stacked casts of parameters idx (their rows: rows) → one (Σ rows, cols) view of the casts'
+// memory; the backward keeps each parameter's row range of the gradient (nothing returned for them)
+struct StackedCastFn : torch::autograd::Function<StackedCastFn> {
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList params, int64_t owner, std::vector<int64_t> idx) {
+    std::vector<int64_t> rows;
+    int64_t total = 0;
+    for (const auto& p : params) rows.push_back(p.size(0)), total += p.size(0);
+    ctx->saved_data["owner"] = owner;
+    ctx->saved_data["idx"] = idx;
+    ctx->saved_data["rows"] = rows;
+    return reinterpret_cast<WeightCasts*>(owner)->flat_rows(idx.front(), total, params.front().size(1)).detach();  // (Σ rows, cols)
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto idx = ctx->saved_data["idx"].toIntVector(), rows = ctx->saved_data["rows"].toIntVector();
+    if (grads[0].defined()) {
+      auto* w = reinterpret_cast<WeightCasts*>(ctx->saved_data["owner"].toInt());
+      int64_t r0 = 0;
+      for (size_t k = 0; k < idx.size(); ++k) {
+        w->keep_gradient(idx[k], grads[0].narrow(0, r0, rows[k]));  // (rows_k, cols), contiguous where the gradient is
+        r0 += rows[k];
+      }
+    }
+    return tensor_list(idx.size() + 2);  // none for the parameters (take_gradients sets them), owner, idx
+  }
+};
+
 }  // namespace
 
-WeightCasts::WeightCasts(std::vector<at::Tensor> params, at::ScalarType dtype) : params_(std::move(params)), dtype_(dtype) {
+WeightCasts::WeightCasts(std::vector<at::Tensor> params, at::ScalarType dtype, const std::vector<std::vector<at::Tensor>>& stacks)
+    : params_(std::move(params)), dtype_(dtype) {
   if (dtype != at::kBFloat16 && dtype != at::kHalf)
     throw std::invalid_argument(std::string("WeightCasts: the casts' dtype must be bf16 or fp16, got ") + c10::toString(dtype));
   int64_t total = 0;
@@ -52,10 +79,39 @@ WeightCasts::WeightCasts(std::vector<at::Tensor> params, at::ScalarType dtype) :
     total += (p.numel() + kAlign - 1) / kAlign * kAlign;
   }
   // one buffer for all casts, each a contiguous slice in its parameter's shape
-  const at::Tensor flat = params_.empty() ? at::Tensor() : at::empty({total}, params_.front().options().dtype(dtype));  // (total,)
+  // the layout: params' order, except that a stack's members follow one another from where its first
+  // member comes
+  std::vector<int64_t> stack_of(params_.size(), -1);
+  for (size_t s = 0; s < stacks.size(); ++s)
+    for (const auto& t : stacks[s]) {
+      const auto it = index_.find(t.unsafeGetTensorImpl());
+      if (it == index_.end() || stack_of[size_t(it->second)] >= 0 || t.dim() != 2 || t.size(1) != stacks[s].front().size(1))
+        throw std::invalid_argument("WeightCasts: stack " + std::to_string(s) + " holds a tensor (" + c10::str(t.sizes()) +
+                                    ") that is not a listed parameter, is in a stack already or is not 2-D with the stack's columns");
+      stack_of[size_t(it->second)] = int64_t(s);
+    }
+  std::vector<int64_t> order;
+  std::vector<bool> placed(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (placed[i]) continue;
+    if (stack_of[i] < 0) {
+      order.push_back(int64_t(i)), placed[i] = true;
+      continue;
+    }
+    for (const auto& t : stacks[size_t(stack_of[i])]) {
+      const int64_t j = index_.at(t.unsafeGetTensorImpl());
+      order.push_back(j), placed[size_t(j)] = true;
+    }
+  }
+  // one buffer for all casts, each a contiguous slice in its parameter's shape
+  flat_ = params_.empty() ? at::Tensor() : at::empty({total}, params_.front().options().dtype(dtype));  // (total,)
+  offsets_.assign(params_.size(), 0);
+  casts_.resize(params_.size());
   int64_t at_ = 0;
-  for (const auto& p : params_) {
-    casts_.push_back(flat.narrow(0, at_, p.numel()).view(p.sizes()));  // p's shape
+  for (const int64_t i : order) {
+    const at::Tensor& p = params_[size_t(i)];
+    offsets_[size_t(i)] = at_;
+    casts_[size_t(i)] = flat_.narrow(0, at_, p.numel()).view(p.sizes());  // p's shape
     at_ += (p.numel() + kAlign - 1) / kAlign * kAlign;
   }
   kept_.resize(params_.size());
@@ -117,6 +173,30 @@ at::Tensor WeightCasts::operand(const at::Tensor& t, at::ScalarType dtype) {
   g_handed_out.fetch_add(1, std::memory_order_relaxed);
   if (at::GradMode::is_enabled()) return CastFn::apply(t, reinterpret_cast<int64_t>(w), i);
   return w->casts_[size_t(i)].detach();
+}
+
+at::Tensor WeightCasts::flat_rows(int64_t first, int64_t rows, int64_t cols) const {
+  return flat_.narrow(0, offsets_[size_t(first)], rows * cols).view({rows, cols});  // (rows, cols)
+}
+
+at::Tensor WeightCasts::stacked_operand(const std::vector<at::Tensor>& ts, at::ScalarType dtype) {
+  WeightCasts* w = g_active;
+  if (!w || dtype != w->dtype_ || ts.empty()) return at::Tensor();
+  std::vector<int64_t> idx;
+  for (size_t k = 0; k < ts.size(); ++k) {
+    const at::Tensor& t = ts[k];
+    if (!t.defined() || t.dim() != 2 || t.size(1) != ts.front().size(1)) return at::Tensor();
+    const auto it = w->index_.find(t.unsafeGetTensorImpl());
+    if (it == w->index_.end() || w->versions_[size_t(it->second)] != int64_t(t._version())) return at::Tensor();
+    // adjacent: this cast starts where the previous one ends (no alignment gap between them)
+    if (k > 0 && w->offsets_[size_t(it->second)] != w->offsets_[size_t(idx.back())] + ts[k - 1].numel()) return at::Tensor();
+    idx.push_back(it->second);
+  }
+  g_handed_out.fetch_add(int64_t(ts.size()), std::memory_order_relaxed);
+  if (at::GradMode::is_enabled()) return StackedCastFn::apply(at::TensorList(ts), reinterpret_cast<int64_t>(w), idx);  // a TensorList: one edge a parameter
+  int64_t rows = 0;
+  for (const auto& t : ts) rows += t.size(0);
+  return w->flat_rows(idx.front(), rows, ts.front().size(1)).detach();  // (Σ rows, cols)
 }
 
 int64_t WeightCasts::handed_out() { return g_handed_out.load(std::memory_order_relaxed); }

@@ -39,7 +39,10 @@ namespace nala::ops {
 class WeightCasts {
  public:
   // params: float32 leaves that require gradients, all on one device; dtype the GEMMs' (bf16, fp16).
-  WeightCasts(std::vector<at::Tensor> params, at::ScalarType dtype);
+  // stacks: lists of parameters (each in params, of equal trailing sizes) whose casts are laid out
+  // one after another in that order, so that stacked_operand() hands them out as one matrix without
+  // a copy (a model's adaLN weights: models/dit.h stacked_modulations); the rest in params' order.
+  WeightCasts(std::vector<at::Tensor> params, at::ScalarType dtype, const std::vector<std::vector<at::Tensor>>& stacks = {});
   WeightCasts(const WeightCasts&) = delete;
   WeightCasts& operator=(const WeightCasts&) = delete;
 
@@ -67,7 +70,13 @@ class WeightCasts {
   // version moved since refresh(), dtype is not the casts' or no Scope is active. With grad mode on
   // it is an autograd node's output (t's gradient kept here); with grad mode off the cast itself.
   static at::Tensor operand(const at::Tensor& t, at::ScalarType dtype);
-  // How many casts operand() has handed out in this process (a test's proof that the path ran).
+  // The casts of ts (2-D, equal column counts) as one (Σ rows, cols) matrix, their rows in ts' order:
+  // a view of the casts' memory where ts is one of the constructor's stacks (adjacent casts), else
+  // undefined (the caller concatenates operand()s). With grad mode on an autograd node's output whose
+  // backward keeps each parameter's row range of the gradient, as operand()'s node keeps a whole one.
+  static at::Tensor stacked_operand(const std::vector<at::Tensor>& ts, at::ScalarType dtype);
+  // How many casts operand() and stacked_operand() have handed out in this process (a test's proof
+  // that the path ran; a stack counts once for each of its parameters).
   static int64_t handed_out();
   // What take_gradients() will see: the kept gradients (bf16, or undefined where none came), for tests.
   const std::vector<at::Tensor>& kept_gradients() const { return kept_; }
@@ -76,9 +85,13 @@ class WeightCasts {
   // the autograd node's backward (ops/weight_casts.cpp): keeps (adds) one gradient of parameter i
   void keep_gradient(int64_t i, const at::Tensor& g);
   const at::Tensor& cast(int64_t i) const { return casts_[size_t(i)]; }
+  // the stacked node's forward: rows [offset_i, offset_i + Σ numel) of the casts' memory as (rows, cols)
+  at::Tensor flat_rows(int64_t first, int64_t rows, int64_t cols) const;
 
  private:
   std::vector<at::Tensor> params_, casts_, kept_;
+  at::Tensor flat_;                // (total,) every cast, each at offsets_[i]
+  std::vector<int64_t> offsets_;   // each cast's first element in flat_
   std::vector<int64_t> versions_;  // each parameter's version at refresh(); −1 before the first
   std::unordered_map<const void*, int64_t> index_;  // TensorImpl* → i
   at::ScalarType dtype_;

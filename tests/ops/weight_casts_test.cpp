@@ -168,3 +168,61 @@ TEST(WeightCasts, RejectsWhatItCannotCast) {
   EXPECT_NE(message([&] { WeightCasts({ok, ok}, at::kBFloat16); }).find("listed twice"), std::string::npos);
   EXPECT_NE(message([&] { WeightCasts({ok}, at::kFloat); }).find("bf16 or fp16, got Float"), std::string::npos);
 }
+
+// A stack (the constructor's third argument) is laid out one cast after another, in the stack's
+// order, wherever its members stand in the parameter list; stacked_operand hands it out as one
+// matrix without a copy, and its backward keeps each member's rows of the gradient: bit for bit the
+// gradients of autograd through Tensor::to and at::cat. Anything not one stack in its order gets
+// nothing (the caller then concatenates).
+TEST(WeightCasts, StackedOperandIsOneViewOfAdjacentCasts) {
+  torch::manual_seed(4);
+  auto param = [](std::vector<int64_t> shape) { return at::randn(shape).requires_grad_(); };
+  const at::Tensor wa = param({32, 8}), b = param({16}), wb = param({64, 8}), wc = param({32, 8});  // 256, 16, 512, 256 values
+  WeightCasts casts({wa, b, wb, wc}, at::kBFloat16, {{wb, wa}});
+  casts.refresh();
+  const at::Tensor x = at::randn({12, 8}).to(at::kBFloat16);  // (R, 8)
+  EXPECT_FALSE(WeightCasts::stacked_operand({wb, wa}, at::kBFloat16).defined()) << "no Scope";
+  const int64_t before = WeightCasts::handed_out();
+  {
+    WeightCasts::Scope scope(&casts);
+    EXPECT_FALSE(WeightCasts::stacked_operand({wa, wb}, at::kBFloat16).defined()) << "not the stack's order";
+    EXPECT_FALSE(WeightCasts::stacked_operand({wa, wc}, at::kBFloat16).defined()) << "not adjacent";
+    EXPECT_FALSE(WeightCasts::stacked_operand({wb, wa}, at::kHalf).defined()) << "another dtype";
+    {
+      at::NoGradGuard ng;
+      const at::Tensor w = WeightCasts::stacked_operand({wb, wa}, at::kBFloat16);  // (96, 8)
+      ASSERT_TRUE(w.defined());
+      EXPECT_FALSE(w.requires_grad());
+      EXPECT_EQ(w.data_ptr(), casts.cast(2).data_ptr()) << "a view of the casts, starting at the stack's first";
+      EXPECT_EQ(static_cast<const char*>(casts.cast(0).data_ptr()) - static_cast<const char*>(casts.cast(2).data_ptr()), 64 * 8 * 2);
+    }
+    const at::Tensor w = WeightCasts::stacked_operand({wb, wa}, at::kBFloat16);  // (96, 8)
+    ASSERT_TRUE(w.defined());
+    EXPECT_TRUE(w.requires_grad());
+    EXPECT_TRUE(at::equal(w, at::cat({wb.to(at::kBFloat16), wa.to(at::kBFloat16)})));
+    at::linear(x, w).to(at::kFloat).square().mean().backward();  // (R, 96) -> ()
+  }
+  EXPECT_EQ(WeightCasts::handed_out() - before, 4);  // two stacks of two
+  EXPECT_FALSE(wa.grad().defined()) << "autograd accumulated a kept gradient";
+  casts.take_gradients();
+  // reference: the same parameters' copies through Tensor::to and at::cat
+  const at::Tensor ra = wa.detach().clone().requires_grad_(), rb = wb.detach().clone().requires_grad_();
+  at::linear(x, at::cat({rb.to(at::kBFloat16), ra.to(at::kBFloat16)})).to(at::kFloat).square().mean().backward();
+  ASSERT_TRUE(wa.grad().defined() && wb.grad().defined());
+  EXPECT_TRUE(at::equal(wa.grad(), ra.grad())) << "max |diff| " << (wa.grad() - ra.grad()).abs().max().item<double>();
+  EXPECT_TRUE(at::equal(wb.grad(), rb.grad())) << "max |diff| " << (wb.grad() - rb.grad()).abs().max().item<double>();
+  EXPECT_FALSE(b.grad().defined());
+  EXPECT_FALSE(wc.grad().defined());
+  // a stack must be listed parameters, each once, 2-D with the stack's columns
+  auto fails = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what()).find("stack 0") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(fails([&] { WeightCasts({wa}, at::kBFloat16, {{wa, param({4, 8})}}); })) << "not listed";
+  EXPECT_TRUE(fails([&] { WeightCasts({wa, wb}, at::kBFloat16, {{wa, wa}}); })) << "twice";
+  EXPECT_TRUE(fails([&] { WeightCasts({wa, b}, at::kBFloat16, {{wa, b}}); })) << "1-D";
+}
