@@ -245,6 +245,16 @@ std::shared_ptr<DiT> perturbed_dit(const char* name, int64_t depth, uint64_t see
   model->eval();
   return model;
 }
+// A training step's output and every parameter's gradient (of mean(out²)), flattened into one vector
+at::Tensor step_output_and_gradients(DiT& m, const at::Tensor& x, const at::Tensor& t, const at::Tensor& y) {
+  m.zero_grad();
+  const at::Tensor out = m.forward(x, t, y);  // (N, C', H, W)
+  (out * out).mean().backward();
+  std::vector<at::Tensor> g{out.detach().flatten()};
+  for (auto& p : m.parameters())
+    if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
+  return at::cat(g);
+}
 }  // namespace
 
 TEST(DiT, Fp8LayerNormQuantizedInputEqualsTheUnfusedForward) {
@@ -370,13 +380,7 @@ TEST(DiT, StackedModulationTrainsLikeTheBlocks) {
     auto step = [&](bool stacked, bool chained) {
       nala::ops::set_stacked_modulation(stacked);
       nala::ops::set_residual_norm_fused(chained);
-      m.zero_grad();
-      at::Tensor out = m.forward(x, t, y);
-      (out * out).mean().backward();
-      std::vector<at::Tensor> g{out.detach().flatten()};
-      for (auto& p : m.parameters())
-        if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
-      return at::cat(g);
+      return step_output_and_gradients(m, x, t, y);
     };
     for (bool chained : {false, true}) {
       const at::Tensor own = step(false, chained), stacked = step(true, chained);
@@ -410,13 +414,7 @@ TEST(DiT, ChainedTrainingStepEqualsTheBlocks) {
     auto step = [&](bool chained, bool one_op) {
       nala::ops::set_residual_norm_fused(chained);
       nala::ops::set_residual_norm_fused_training(one_op);
-      m.zero_grad();
-      at::Tensor out = m.forward(x, t, y);
-      (out * out).mean().backward();
-      std::vector<at::Tensor> g{out.detach().flatten()};
-      for (auto& p : m.parameters())
-        if (p.grad().defined()) g.push_back(p.grad().flatten().clone());
-      return at::cat(g);
+      return step_output_and_gradients(m, x, t, y);
     };
     const at::Tensor blocks = step(false, true), chained = step(true, true), two_ops = step(true, false);
     nala::ops::set_residual_norm_fused(true);
