@@ -70,7 +70,9 @@ int bench_train(int argc, char** argv) {
       // as train/train_step.cpp: the weights cast in one pass, their gradients widened in one (NALA_WEIGHT_CASTS)
       std::unique_ptr<ops::WeightCasts> casts;
       if (bf16 && ops::weight_casts_enabled())
-        casts = std::make_unique<ops::WeightCasts>(params, at::kBFloat16, std::vector<std::vector<at::Tensor>>{model->stacked_modulation_weights()});
+        casts = std::make_unique<ops::WeightCasts>(params, at::kBFloat16,
+                                                   ops::stacked_casts() ? std::vector<std::vector<at::Tensor>>{model->stacked_modulation_weights()}
+                                                                        : std::vector<std::vector<at::Tensor>>{});
       diffusion::GaussianDiffusion diff;
       at::Tensor x = at::randn({B, 4, L, L}, at::TensorOptions().device(dev));
       at::Tensor y = at::randint(0, 1000, {B}, at::TensorOptions().device(dev).dtype(at::kLong));

@@ -322,8 +322,8 @@ at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const
 // gradient adds launch-bound: 13 forward GEMMs, 26 backward GEMMs, 13 SiLU forwards and backwards,
 // 13 bias sums and 12 gradient adds for c become 3 GEMMs, one SiLU each way, one bias sum, the
 // biases' stacking copy and one copy for the split's backward. The weights are read in place where the
-// training step's casts lie one after another (it lays them out so: stacked_modulation_weights), else
-// copied into one matrix. Each weight's part of the stacked gradient is a row range of it, which the
+// training step's casts lie one after another (NALA_STACKED_CASTS=1 lays them out so:
+// stacked_modulation_weights), else copied into one matrix. Each weight's part of the stacked gradient is a row range of it, which the
 // casts (ops/weight_casts.h) keep as they keep a layer's own.
 std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
   std::vector<at::Tensor> b;
@@ -332,7 +332,7 @@ std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
     b.push_back(l->bias);                                             // (k·D)
     parts.insert(parts.end(), l->weight.size(0) / c.size(1), c.size(1));
   }
-  // the weights as one operand: under the step's weight casts a view of their adjacent casts, else a copy
+  // the weights as one operand: a view of the step's casts where they are stacked, else a copy
   const at::Tensor w = ops::autocast_stacked_gemm_operand(stacked_modulation_weights());  // (6·depth·D + 2D, D)
   const at::Tensor all = ops::linear(at::silu(c), w, at::cat(b));                         // (N, 6·depth·D + 2D)
   return at::split_with_sizes(all, parts, 1);                                             // (N, D) each, one backward node for all

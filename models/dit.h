@@ -148,8 +148,8 @@ class DiT : public torch::nn::Module {
   // forward's path while gradients are wanted with NALA_STACKED_MODULATION=1 (ops/fused_ops.h).
   std::vector<at::Tensor> stacked_modulations(const at::Tensor& c);
   // The adaLN weights in stacked_modulations' order (blocks, then the final layer's): the stack the
-  // training step's weight casts lay out one after another (ops/weight_casts.h), so that the
-  // stacked GEMM reads them in place.
+  // training step's weight casts lay out one after another with NALA_STACKED_CASTS=1
+  // (ops/weight_casts.h), so that the stacked GEMM reads them in place.
   std::vector<at::Tensor> stacked_modulation_weights();
 
   at::Tensor pos_embed;

@@ -197,6 +197,13 @@ void set_residual_dy_sums(bool on);
 // gradient) keeps the blocks' own, which stacking would have to copy each step. Any other value is an error.
 bool stacked_modulation();
 void set_stacked_modulation(bool on);
+// The training step's weight casts lay the adaLN weights' casts out one after another, so that the
+// stacked modulation GEMM reads them in place (ops/weight_casts.h stacks, stacked_operand) instead of
+// a copy of them all (21 MB at DiT-S/2, ≈ 446 MB at XL/2, held until the backward):
+// NALA_STACKED_CASTS=1. Default 0 until a GPU run has checked it (written and CPU-tested in the
+// thirty-eighth session, when no GPU was left). Any other value is an error.
+bool stacked_casts();
+void set_stacked_casts(bool on);
 
 // The training step's casts of its parameters in one pass (ops/weight_casts.h): NALA_WEIGHT_CASTS=1
 // (default) has the training step (train/train_step.cpp, `nala bench train`) use them under bf16

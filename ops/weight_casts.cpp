@@ -15,6 +15,7 @@ using torch::autograd::tensor_list;
 
 thread_local WeightCasts* g_active = nullptr;  // the Scope's object on this thread
 std::atomic<int64_t> g_handed_out{0};
+std::atomic<int64_t> g_stacks_handed_out{0};
 // Each cast starts at a multiple of this many elements (512 bytes in bf16, as the caching allocator
 // aligns a tensor of its own): cuBLASLt's heuristics read the operands' alignment (ATen passes up to
 // 256 bytes), so a cast aligned as autocast's own gets the same GEMM algorithm, hence the same bits.
@@ -193,6 +194,7 @@ at::Tensor WeightCasts::stacked_operand(const std::vector<at::Tensor>& ts, at::S
     idx.push_back(it->second);
   }
   g_handed_out.fetch_add(int64_t(ts.size()), std::memory_order_relaxed);
+  g_stacks_handed_out.fetch_add(1, std::memory_order_relaxed);
   if (at::GradMode::is_enabled()) return StackedCastFn::apply(at::TensorList(ts), reinterpret_cast<int64_t>(w), idx);  // a TensorList: one edge a parameter
   int64_t rows = 0;
   for (const auto& t : ts) rows += t.size(0);
@@ -200,6 +202,7 @@ at::Tensor WeightCasts::stacked_operand(const std::vector<at::Tensor>& ts, at::S
 }
 
 int64_t WeightCasts::handed_out() { return g_handed_out.load(std::memory_order_relaxed); }
+int64_t WeightCasts::stacks_handed_out() { return g_stacks_handed_out.load(std::memory_order_relaxed); }
 
 at::Tensor bias_operand(const at::Tensor& b, at::ScalarType dtype) {
   if (!b.defined() || b.scalar_type() == dtype) return b;

@@ -78,6 +78,8 @@ class WeightCasts {
   // How many casts operand() and stacked_operand() have handed out in this process (a test's proof
   // that the path ran; a stack counts once for each of its parameters).
   static int64_t handed_out();
+  // How many stacks stacked_operand() has handed out in this process.
+  static int64_t stacks_handed_out();
   // What take_gradients() will see: the kept gradients (bf16, or undefined where none came), for tests.
   const std::vector<at::Tensor>& kept_gradients() const { return kept_; }
   int64_t size() const { return int64_t(params_.size()); }

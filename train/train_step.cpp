@@ -47,7 +47,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
   // (the buckets' all-reduce starts from autograd's gradient hooks, which the kept gradients would bypass)
   if (bf16 && !pg && !trainable_.empty() && trainable_.front().is_cuda() && ops::weight_casts_enabled())
-    casts_ = std::make_unique<ops::WeightCasts>(trainable_, at::kBFloat16, std::vector<std::vector<at::Tensor>>{model.stacked_modulation_weights()});
+    casts_ = std::make_unique<ops::WeightCasts>(trainable_, at::kBFloat16,
+                                                ops::stacked_casts() ? std::vector<std::vector<at::Tensor>>{model.stacked_modulation_weights()}
+                                                                     : std::vector<std::vector<at::Tensor>>{});
   if (cfg.grad_accum < 1 || (cfg.global_batch / world_) % cfg.grad_accum != 0)
     throw std::invalid_argument("--grad-accum " + std::to_string(cfg.grad_accum) + " does not divide each process's batch of " +
                                 std::to_string(cfg.global_batch / world_) + " (--batch " + std::to_string(cfg.global_batch) + " on " +

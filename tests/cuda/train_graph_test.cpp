@@ -158,28 +158,37 @@ TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
     ops::set_weight_casts_enabled(false);
     const Trace a = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
     ops::set_weight_casts_enabled(true);
-    const int64_t before = ops::WeightCasts::handed_out();
-    const Trace b = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
-    const int64_t handed = ops::WeightCasts::handed_out() - before;
-    const std::string what = std::string(c.objective) + (c.graphs ? " graphs" : " eager") + " accum " + std::to_string(c.accum) + " " + c.model;
-    EXPECT_GT(handed, 0) << what << ": no cast was handed out";
-    int bitwise = 0;
-    double worst = 0;
-    for (size_t i = 0; i < a.params.size(); ++i) {
-      bitwise += at::equal(a.params[i], b.params[i]) && at::equal(a.ema[i], b.ema[i]);
-      worst = std::max(worst, (a.params[i] - b.params[i]).abs().max().item<double>());
-    }
-    std::printf("  %s: %ld casts handed out; %d of %zu parameters and EMA bitwise equal, max |diff| %.2e\n", what.c_str(), long(handed), bitwise,
-                a.params.size(), worst);
-    const bool deterministic = std::string(c.model).empty();  // the NaLa models
-    if (deterministic) EXPECT_EQ(size_t(bitwise), a.params.size()) << what;
-    EXPECT_LT(worst, 1e-5) << what;
-    for (size_t k = 0; k < a.losses.size(); ++k) {
-      if (deterministic) {
-        EXPECT_EQ(a.losses[k], b.losses[k]) << what << " step " << k;
-        EXPECT_EQ(a.norms[k], b.norms[k]) << what << " step " << k;
+    // the casts as they are, and with the adaLN weights' casts stacked for the stacked modulation GEMM (NALA_STACKED_CASTS)
+    for (bool stacked : {false, true}) {
+      ops::set_stacked_casts(stacked);
+      const int64_t before = ops::WeightCasts::handed_out(), stacks_before = ops::WeightCasts::stacks_handed_out();
+      const Trace b = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
+      const int64_t handed = ops::WeightCasts::handed_out() - before, stacks = ops::WeightCasts::stacks_handed_out() - stacks_before;
+      // one stack a forward where they are laid out (eager: a forward a step and piece; a graph: its captures)
+      if (stacked) EXPECT_GT(stacks, 0) << "no stacked cast was handed out";
+      else EXPECT_EQ(stacks, 0) << "a stacked cast without NALA_STACKED_CASTS";
+      ops::set_stacked_casts(false);  // the default
+      const std::string what = std::string(c.objective) + (c.graphs ? " graphs" : " eager") + " accum " + std::to_string(c.accum) + " " + c.model +
+                               (stacked ? " stacked casts" : "");
+      EXPECT_GT(handed, 0) << what << ": no cast was handed out";
+      int bitwise = 0;
+      double worst = 0;
+      for (size_t i = 0; i < a.params.size(); ++i) {
+        bitwise += at::equal(a.params[i], b.params[i]) && at::equal(a.ema[i], b.ema[i]);
+        worst = std::max(worst, (a.params[i] - b.params[i]).abs().max().item<double>());
       }
-      EXPECT_NEAR(a.losses[k], b.losses[k], 1e-6 * std::abs(a.losses[k]) + 1e-7) << what << " step " << k;
+      std::printf("  %s: %ld casts handed out; %d of %zu parameters and EMA bitwise equal, max |diff| %.2e\n", what.c_str(), long(handed), bitwise,
+                  a.params.size(), worst);
+      const bool deterministic = std::string(c.model).empty();  // the NaLa models
+      if (deterministic) EXPECT_EQ(size_t(bitwise), a.params.size()) << what;
+      EXPECT_LT(worst, 1e-5) << what;
+      for (size_t k = 0; k < a.losses.size(); ++k) {
+        if (deterministic) {
+          EXPECT_EQ(a.losses[k], b.losses[k]) << what << " step " << k;
+          EXPECT_EQ(a.norms[k], b.norms[k]) << what << " step " << k;
+        }
+        EXPECT_NEAR(a.losses[k], b.losses[k], 1e-6 * std::abs(a.losses[k]) + 1e-7) << what << " step " << k;
+      }
     }
   }
 }

@@ -182,7 +182,7 @@ TEST(WeightCasts, StackedOperandIsOneViewOfAdjacentCasts) {
   casts.refresh();
   const at::Tensor x = at::randn({12, 8}).to(at::kBFloat16);  // (R, 8)
   EXPECT_FALSE(WeightCasts::stacked_operand({wb, wa}, at::kBFloat16).defined()) << "no Scope";
-  const int64_t before = WeightCasts::handed_out();
+  const int64_t before = WeightCasts::handed_out(), stacks_before = WeightCasts::stacks_handed_out();
   {
     WeightCasts::Scope scope(&casts);
     EXPECT_FALSE(WeightCasts::stacked_operand({wa, wb}, at::kBFloat16).defined()) << "not the stack's order";
@@ -203,6 +203,7 @@ TEST(WeightCasts, StackedOperandIsOneViewOfAdjacentCasts) {
     at::linear(x, w).to(at::kFloat).square().mean().backward();  // (R, 96) -> ()
   }
   EXPECT_EQ(WeightCasts::handed_out() - before, 4);  // two stacks of two
+  EXPECT_EQ(WeightCasts::stacks_handed_out() - stacks_before, 2);
   EXPECT_FALSE(wa.grad().defined()) << "autograd accumulated a kept gradient";
   casts.take_gradients();
   // reference: the same parameters' copies through Tensor::to and at::cat
