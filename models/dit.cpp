@@ -185,6 +185,7 @@ at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const std::
 
 namespace {
 std::atomic<int> g_patch_embed_gemm{-1};  // −1: not read from NALA_PATCH_EMBED yet
+std::atomic<int64_t> g_stacked_modulation_calls{0};
 }  // namespace
 
 bool patch_embed_gemm_of(const std::string& v) {
@@ -326,6 +327,7 @@ at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const
 // stacked_modulation_weights), else copied into one matrix. Each weight's part of the stacked gradient is a row range of it, which the
 // casts (ops/weight_casts.h) keep as they keep a layer's own.
 std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
+  g_stacked_modulation_calls.fetch_add(1, std::memory_order_relaxed);
   std::vector<at::Tensor> b;
   std::vector<int64_t> parts;
   for (auto* l : modulation_linears()) {
@@ -337,6 +339,8 @@ std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
   const at::Tensor all = ops::linear(at::silu(c), w, at::cat(b));                         // (N, 6·depth·D + 2D)
   return at::split_with_sizes(all, parts, 1);                                             // (N, D) each, one backward node for all
 }
+
+int64_t DiT::stacked_modulation_calls() { return g_stacked_modulation_calls.load(std::memory_order_relaxed); }
 
 std::vector<torch::nn::LinearImpl*> DiT::modulation_linears() {
   std::vector<torch::nn::LinearImpl*> v;

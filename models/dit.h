@@ -151,6 +151,8 @@ class DiT : public torch::nn::Module {
   // training step's weight casts lay out one after another with NALA_STACKED_CASTS=1
   // (ops/weight_casts.h), so that the stacked GEMM reads them in place.
   std::vector<at::Tensor> stacked_modulation_weights();
+  // How many times stacked_modulations has run in this process (a test's proof that forward took it).
+  static int64_t stacked_modulation_calls();
 
   at::Tensor pos_embed;
   std::shared_ptr<PatchEmbed> x_embedder;

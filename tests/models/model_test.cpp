@@ -351,6 +351,7 @@ TEST(DiT, ChainedResidualNormEqualsTheBlockForward) {
 // at::linear, block by block.
 TEST(DiT, StackedModulationTrainsLikeTheBlocks) {
   nala::ops::set_fused_block_ops(true);
+  const bool stacked_was = nala::ops::stacked_modulation(), chained_was = nala::ops::residual_norm_fused();
   for (const char* name : {"DiT-S/4", "NaLaSiT-S/4"}) {
     auto c = model_config(name);
     c.input_size = 8;
@@ -383,15 +384,20 @@ TEST(DiT, StackedModulationTrainsLikeTheBlocks) {
       return step_output_and_gradients(m, x, t, y);
     };
     for (bool chained : {false, true}) {
-      const at::Tensor own = step(false, chained), stacked = step(true, chained);
+      const int64_t calls0 = DiT::stacked_modulation_calls();
+      const at::Tensor own = step(false, chained);
+      const int64_t calls1 = DiT::stacked_modulation_calls();
+      const at::Tensor stacked = step(true, chained);
+      EXPECT_EQ(calls1, calls0) << name << ": stacked with the switch off";
+      EXPECT_EQ(DiT::stacked_modulation_calls(), calls1 + 1) << name << ": the forward did not stack";
       ASSERT_EQ(own.numel(), stacked.numel()) << name;
       const double scale = own.abs().max().item<double>();
       EXPECT_LT((stacked - own).abs().max().item<double>(), 1e-12 * scale) << name << " chained " << chained;
       EXPECT_GT(scale, 0) << name;
     }
   }
-  nala::ops::set_stacked_modulation(true);  // the defaults
-  nala::ops::set_residual_norm_fused(true);
+  nala::ops::set_stacked_modulation(stacked_was);
+  nala::ops::set_residual_norm_fused(chained_was);
 }
 
 // A training forward and backward with the blocks chained (NALA_RESIDUAL_NORM_FUSED=1: each gated
