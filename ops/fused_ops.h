@@ -195,8 +195,8 @@ void set_residual_dy_sums(bool on);
 // from one SiLU(c) and one GEMM of the stacked weights (models/dit.h stacked_modulations) instead of
 // a SiLU and a GEMM a block: NALA_STACKED_MODULATION=1 (default); 0 the blocks' own. Sampling (no
 // gradient) keeps the blocks' own, which stacking would have to copy each step; so do multi-process runs
-// that overlap their gradient all-reduces with the backward (train/train_step.cpp turns it off: every adaLN
-// gradient would be ready only at the backward's end). Any other value is an error.
+// (train/train_step.cpp turns it off: with their all-reduces overlapping the backward every adaLN gradient
+// would be ready only at the backward's end, and without they keep the same arithmetic). Any other value is an error.
 bool stacked_modulation();
 void set_stacked_modulation(bool on);
 // The training step's weight casts lay the adaLN weights' casts out one after another, so that the

@@ -48,8 +48,9 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
   // The buckets start their all-reduces in reverse parameter order as they fill, the first holding the
   // final layer's adaLN weights. With the stacked modulation (NALA_STACKED_MODULATION) every adaLN
   // gradient is ready only when the whole backward is done, so no bucket could start during it: a
-  // run that overlaps its all-reduces makes each block's modulation in the block.
-  if (pg && cfg.overlap_grads) ops::set_stacked_modulation(false);
+  // multi-process run makes each block's modulation in the block, with --overlap-grads false too
+  // (the same arithmetic either way: both give the same bits, tests/python/test_distributed.py).
+  if (pg) ops::set_stacked_modulation(false);
   // (the buckets' all-reduce starts from autograd's gradient hooks, which the kept gradients would bypass)
   if (bf16 && !pg && !trainable_.empty() && trainable_.front().is_cuda() && ops::weight_casts_enabled())
     casts_ = std::make_unique<ops::WeightCasts>(trainable_, at::kBFloat16,
