@@ -127,10 +127,6 @@ at::Tensor DiTBlock::forward(const at::Tensor& x, const std::vector<at::Tensor>&
   return ops::gated_residual(b.residual, m[5], mlp->forward(b.modulated));                       // (N, T, D)
 }
 
-DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w) {
-  return forward_chained(std::move(in), modulation(c), grid_h, grid_w);
-}
-
 DiTBlock::PendingResidual DiTBlock::forward_chained(PendingResidual in, const std::vector<at::Tensor>& m, int64_t grid_h, int64_t grid_w) {
   TORCH_CHECK(m.size() == 6, "DiTBlock: the modulation has 6 parts, got ", m.size());
   const double eps = norm1->options.eps();
@@ -165,14 +161,10 @@ std::vector<at::Tensor> FinalLayer::modulation(const at::Tensor& c) {
   return adaln(adaLN_modulation, c).chunk(2, 1);  // shift, scale: (N, D)
 }
 
-at::Tensor FinalLayer::forward(const at::Tensor& x, const at::Tensor& c) { return forward(x, modulation(c)); }
-
 at::Tensor FinalLayer::forward(const at::Tensor& x, const std::vector<at::Tensor>& m) {
   TORCH_CHECK(m.size() == 2, "FinalLayer: the modulation has 2 parts, got ", m.size());
   return ops::linear(linear, ops::layer_norm_modulate(x, m[0], m[1], norm_final->options.eps()));  // (N, T, p·p·outC)
 }
-
-at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c) { return forward_chained(std::move(in), modulation(c)); }
 
 at::Tensor FinalLayer::forward_chained(DiTBlock::PendingResidual in, const std::vector<at::Tensor>& m) {
   TORCH_CHECK(m.size() == 2, "FinalLayer: the modulation has 2 parts, got ", m.size());
@@ -283,23 +275,19 @@ at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tens
   // each block's modulation: made in the block from cond, or all at once while training (stacked_modulations)
   const bool stacked = ops::stacked_modulation() && at::GradMode::is_enabled();
   const std::vector<at::Tensor> mods = stacked ? stacked_modulations(cond) : std::vector<at::Tensor>{};  // (N, D) each
-  const auto block_mod = [&](size_t i) { return std::vector<at::Tensor>(mods.begin() + 6 * i, mods.begin() + 6 * i + 6); };
-  const auto final_mod = [&] { return std::vector<at::Tensor>(mods.end() - 2, mods.end()); };
+  const auto block_mod = [&](size_t i) {
+    return stacked ? std::vector<at::Tensor>(mods.begin() + 6 * i, mods.begin() + 6 * i + 6) : blocks[i]->as<DiTBlock>()->modulation(cond);
+  };
+  const auto final_mod = [&] { return stacked ? std::vector<at::Tensor>(mods.end() - 2, mods.end()) : final_layer->modulation(cond); };
   at::Tensor out;
   if (ops::residual_norm_fused()) {
     // each gated residual added with the LayerNorm-modulate after it (DiTBlock::forward_chained)
     DiTBlock::PendingResidual p{std::move(h), {}, {}};
-    for (size_t i = 0; i < blocks->size(); ++i) {  // the old pending sum freed inside
-      auto* b = blocks[i]->as<DiTBlock>();
-      p = stacked ? b->forward_chained(std::move(p), block_mod(i), gh, gw) : b->forward_chained(std::move(p), cond, gh, gw);
-    }
-    out = unpatchify(stacked ? final_layer->forward_chained(std::move(p), final_mod()) : final_layer->forward_chained(std::move(p), cond), gh, gw);  // (N, outC, H, W)
+    for (size_t i = 0; i < blocks->size(); ++i) p = blocks[i]->as<DiTBlock>()->forward_chained(std::move(p), block_mod(i), gh, gw);  // the old pending sum freed inside
+    out = unpatchify(final_layer->forward_chained(std::move(p), final_mod()), gh, gw);  // (N, outC, H, W)
   } else {
-    for (size_t i = 0; i < blocks->size(); ++i) {
-      auto* b = blocks[i]->as<DiTBlock>();
-      h = stacked ? b->forward(h, block_mod(i), gh, gw) : b->forward(h, cond, gh, gw);  // (N, T, D)
-    }
-    out = unpatchify(stacked ? final_layer->forward(h, final_mod()) : final_layer->forward(h, cond), gh, gw);  // (N, outC, H, W)
+    for (size_t i = 0; i < blocks->size(); ++i) h = blocks[i]->as<DiTBlock>()->forward(h, block_mod(i), gh, gw);  // (N, T, D)
+    out = unpatchify(final_layer->forward(h, final_mod()), gh, gw);                                               // (N, outC, H, W)
   }
   if (c.family == "SiT" && c.learn_sigma) out = out.narrow(1, 0, c.in_channels);     // SiT models.py:245-246
   return out;
@@ -328,15 +316,16 @@ at::Tensor DiT::forward_with_cfg(const at::Tensor& x, const at::Tensor& t, const
 // casts (ops/weight_casts.h) keep as they keep a layer's own.
 std::vector<at::Tensor> DiT::stacked_modulations(const at::Tensor& c) {
   g_stacked_modulation_calls.fetch_add(1, std::memory_order_relaxed);
-  std::vector<at::Tensor> b;
+  std::vector<at::Tensor> w, b;
   std::vector<int64_t> parts;
   for (auto* l : modulation_linears()) {
+    w.push_back(l->weight);                                           // (k·D, D)
     b.push_back(l->bias);                                             // (k·D)
     parts.insert(parts.end(), l->weight.size(0) / c.size(1), c.size(1));
   }
   // the weights as one operand: a view of the step's casts where they are stacked, else a copy
-  const at::Tensor w = ops::autocast_stacked_gemm_operand(stacked_modulation_weights());  // (6·depth·D + 2D, D)
-  const at::Tensor all = ops::linear(at::silu(c), w, at::cat(b));                         // (N, 6·depth·D + 2D)
+  const at::Tensor stacked = ops::autocast_stacked_gemm_operand(w);  // (6·depth·D + 2D, D)
+  const at::Tensor all = ops::linear(at::silu(c), stacked, at::cat(b));                   // (N, 6·depth·D + 2D)
   return at::split_with_sizes(all, parts, 1);                                             // (N, D) each, one backward node for all
 }
 

@@ -74,7 +74,7 @@ class DiTBlock : public torch::nn::Module {
   // residual is returned pending, for the next block or the final layer. Bit for bit forward of the
   // sum, and in training its gradients. `in` by value: moved in, its tensors are freed once the sum
   // is made (sampling's peak memory; autograd keeps what the backward needs).
-  PendingResidual forward_chained(PendingResidual in, const at::Tensor& c, int64_t grid_h, int64_t grid_w);
+  // m: the block's modulation (modulation(c)'s six parts, or the model's stacked GEMM's).
   PendingResidual forward_chained(PendingResidual in, const std::vector<at::Tensor>& m, int64_t grid_h, int64_t grid_w);
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   std::shared_ptr<attention::TokenMixer> attn;
@@ -85,11 +85,10 @@ class DiTBlock : public torch::nn::Module {
 class FinalLayer : public torch::nn::Module {
  public:
   FinalLayer(int64_t hidden, int64_t patch, int64_t out_channels);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& c);
-  // forward of in.x + in.gate·in.y, the sum added in one pass with the LayerNorm-modulate (sampling)
-  at::Tensor forward_chained(DiTBlock::PendingResidual in, const at::Tensor& c);
-  std::vector<at::Tensor> modulation(const at::Tensor& c);  // shift, scale: (N, D) each
+  std::vector<at::Tensor> modulation(const at::Tensor& c);  // adaLN_modulation(c) as shift, scale: (N, D) each
+  // m: modulation(c), or the model's stacked GEMM's two parts
   at::Tensor forward(const at::Tensor& x, const std::vector<at::Tensor>& m);
+  // forward of in.x + in.gate·in.y, the sum added in one pass with the LayerNorm-modulate (sampling)
   at::Tensor forward_chained(DiTBlock::PendingResidual in, const std::vector<at::Tensor>& m);
   torch::nn::LayerNorm norm_final{nullptr};
   torch::nn::Linear linear{nullptr};
