@@ -207,6 +207,13 @@ void set_stacked_modulation(bool on);
 bool stacked_casts();
 void set_stacked_casts(bool on);
 
+// The training step's optimizer pass in one kernel a parameter group (ops/adamw_ema.h): AdamW, the
+// EMA and the next step's weight casts from the kept bf16 gradients (train/adamw.h step_with_ema):
+// NALA_FUSED_OPTIMIZER=1; 0 the four multi-tensor passes (the gradients widened, ATen's fused AdamW,
+// _foreach_lerp_, the casts' copy). Default 0 until a GPU run has checked it. Any other value is an error.
+bool fused_optimizer();
+void set_fused_optimizer(bool on);
+
 // The training step's casts of its parameters in one pass (ops/weight_casts.h): NALA_WEIGHT_CASTS=1
 // (default) has the training step (train/train_step.cpp, `nala bench train`) use them under bf16
 // autocast on one CUDA process; 0 leaves every cast to autocast. Any other value is an error.

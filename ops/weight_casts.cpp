@@ -127,13 +127,40 @@ void WeightCasts::refresh() {
     const std::lock_guard<std::mutex> lock(mutex_);
     for (auto& k : kept_) k = at::Tensor();  // a backward whose gradients were never taken (an exception between) adds nothing to this step
   }
+  const bool current = current_;
+  current_ = false;
   if (params_.empty()) return;
   at::NoGradGuard ng;
-  std::vector<at::Tensor> src;
-  src.reserve(params_.size());
-  for (const auto& p : params_) src.push_back(p.detach());
-  at::_foreach_copy_(casts_, src);  // every parameter rounded to dtype_, one multi-tensor launch where ATen takes the lists
+  std::vector<at::Tensor> dst, src;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!current || versions_[i] != int64_t(params_[i]._version())) dst.push_back(casts_[i]), src.push_back(params_[i].detach());
+  if (!dst.empty()) at::_foreach_copy_(dst, src);  // rounded to dtype_, one multi-tensor launch where ATen takes the lists
   for (size_t i = 0; i < params_.size(); ++i) versions_[i] = int64_t(params_[i]._version());
+}
+
+void WeightCasts::mark_current() {
+  for (size_t i = 0; i < params_.size(); ++i) versions_[i] = int64_t(params_[i]._version());
+  current_ = true;
+}
+
+std::vector<at::Tensor> WeightCasts::gradients() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> out(params_.size()), add_dst, add_src;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& grad = params_[i].grad();
+    if (!kept_[i].defined()) {
+      out[i] = grad;
+    } else if (!grad.defined()) {
+      out[i] = kept_[i];  // bf16, read as it is
+    } else {
+      add_dst.push_back(grad), add_src.push_back(kept_[i]);
+      out[i] = grad;
+    }
+    kept_[i] = at::Tensor();
+  }
+  if (!add_dst.empty()) at::_foreach_add_(add_dst, add_src);  // as take_gradients adds
+  return out;
 }
 
 void WeightCasts::keep_gradient(int64_t i, const at::Tensor& g) {

@@ -57,14 +57,24 @@ class WeightCasts {
    private:
     WeightCasts* previous_;
   };
-  // Copies every parameter into its cast (one multi-tensor copy) and records its version; drops any
-  // kept gradient a take_gradients() never collected. Call it
+  // Copies every parameter into its cast (one multi-tensor copy; after mark_current() only those whose
+  // version moved) and records its version; drops any kept gradient a take_gradients() never collected. Call it
   // after the parameters last changed (the previous step's optimizer) and before the forward, then
   // open a Scope for the forward.
   void refresh();
   // After a backward: every gradient kept since the last call into its parameter's .grad, set where
   // it is undefined and added where it is defined; the kept gradients dropped.
   void take_gradients();
+  // take_gradients for an optimizer that reads bf16 gradients itself (train::AdamW::step_with_ema):
+  // every parameter's gradient, in the parameters' order: the kept one as it is (bf16) where .grad is
+  // undefined, .grad with the kept one added (as take_gradients adds) where both are, .grad alone (or
+  // undefined) where nothing was kept. The kept gradients dropped; .grad set only where it was.
+  std::vector<at::Tensor> gradients();
+  // Every parameter's cast, in the parameters' order (views of one buffer).
+  const std::vector<at::Tensor>& casts() const { return casts_; }
+  // The casts hold the parameters as they are now (an optimizer pass wrote both: ops/adamw_ema.h):
+  // the next refresh() copies only the parameters whose version has moved since.
+  void mark_current();
 
   // The active Scope's cast of t in dtype, or undefined where t is not a registered parameter, its
   // version moved since refresh(), dtype is not the casts' or no Scope is active. With grad mode on
@@ -94,7 +104,8 @@ class WeightCasts {
   std::vector<at::Tensor> params_, casts_, kept_;
   at::Tensor flat_;                // (total,) every cast, each at offsets_[i]
   std::vector<int64_t> offsets_;   // each cast's first element in flat_
-  std::vector<int64_t> versions_;  // each parameter's version at refresh(); −1 before the first
+  std::vector<int64_t> versions_;  // each parameter's version at refresh() or mark_current(); −1 before the first
+  bool current_ = false;           // mark_current() since the last refresh()
   std::unordered_map<const void*, int64_t> index_;  // TensorImpl* → i
   at::ScalarType dtype_;
   std::mutex mutex_;  // keep_gradient runs on the autograd engine's device thread

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "ops/adamw_ema.h"
+
 namespace nala::train {
 
 AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions o) : params_(std::move(params)), o_(o) {
@@ -55,6 +57,46 @@ void AdamW::step(const at::Tensor& found_inf) {
   if (found_inf.defined()) at::_foreach_add_(ss, found_inf.reshape({}), -1);
 }
 
+void AdamW::step_with_ema(const std::vector<at::Tensor>& grads, const at::Tensor& grad_scale, const at::Tensor& found_inf,
+                          const std::vector<at::Tensor>& emas, const at::Tensor& ema_weight, double ema_weight_value,
+                          const std::vector<at::Tensor>& casts) {
+  if (grads.size() != params_.size() || emas.size() != params_.size() || (!casts.empty() && casts.size() != params_.size()))
+    throw std::invalid_argument("AdamW::step_with_ema: " + std::to_string(params_.size()) + " parameters but " + std::to_string(grads.size()) +
+                                " gradients, " + std::to_string(emas.size()) + " EMAs and " + std::to_string(casts.size()) + " casts");
+  torch::NoGradGuard ng;
+  ops::AdamWEmaStep s;
+  std::vector<at::Tensor> idle_emas, idle_params;  // parameters without a gradient: their EMA moves all the same
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) {
+      idle_emas.push_back(emas[i]), idle_params.push_back(params_[i].detach());
+      continue;
+    }
+    s.params.push_back(params_[i]);
+    s.grads.push_back(grads[i]);
+    s.exp_avgs.push_back(exp_avg_[i]);
+    s.exp_avg_sqs.push_back(exp_avg_sq_[i]);
+    s.steps.push_back(step_t_[i]);
+    s.emas.push_back(emas[i]);
+    s.casts.push_back(casts.empty() ? at::Tensor() : casts[i]);
+  }
+  ++steps_;
+  s.lr = lr_t_;
+  s.lr_value = o_.lr, s.beta1 = o_.beta1, s.beta2 = o_.beta2, s.eps = o_.eps, s.weight_decay = o_.weight_decay;
+  s.grad_scale = grad_scale;
+  s.found_inf = found_inf;
+  s.ema_weight = ema_weight;
+  s.ema_weight_value = ema_weight_value;
+  if (!s.params.empty()) {
+    at::_foreach_add_(s.steps, at::Scalar(1.0));  // counted before the update reads it, as in step()
+    ops::adamw_ema_step(s);
+    if (found_inf.defined()) at::_foreach_add_(s.steps, found_inf.reshape({}), -1);
+  }
+  if (!idle_emas.empty()) {
+    if (ema_weight.defined()) at::_foreach_lerp_(idle_emas, idle_params, std::vector<at::Tensor>(idle_emas.size(), ema_weight));
+    else at::_foreach_lerp_(idle_emas, idle_params, at::Scalar(ema_weight_value));
+  }
+}
+
 io::NamedTensors AdamW::state() const {
   io::NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -87,6 +129,7 @@ void AdamW::load_state(const io::NamedTensors& state, const std::string& source)
 }
 
 void update_ema(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, double decay) {
+  if (params.empty()) return;
   torch::NoGradGuard ng;
   std::vector<at::Tensor> src;
   src.reserve(params.size());

@@ -24,6 +24,17 @@ class AdamW {
   // One update from the parameters' .grad(); parameters without a gradient are skipped. Where
   // found_inf (a (1,) float tensor on the parameters' device) is non-zero the kernel changes nothing.
   void step(const at::Tensor& found_inf = {});
+  // One update from the given gradients instead of .grad (grads[i] for the i-th parameter; undefined:
+  // skipped, as step() skips a parameter without .grad), in float32 or bf16/fp16 (widened exactly),
+  // each multiplied by grad_scale where defined (a () float32 tensor: the clipping factor). Then the
+  // EMA of every parameter, emas[i], moves toward it, ema ← ema + w·(p − ema) with w = ema_weight (a
+  // () float32 tensor, read on the device) or ema_weight_value where undefined, skipped updates
+  // included (as update_ema after step()); and casts[i] (where given and defined) takes the updated
+  // parameter rounded to its dtype. ops::adamw_ema_step: one pass over each parameter on CUDA, the
+  // bits of _foreach_mul_, step(), update_ema and a copy into the casts.
+  void step_with_ema(const std::vector<at::Tensor>& grads, const at::Tensor& grad_scale, const at::Tensor& found_inf,
+                     const std::vector<at::Tensor>& emas, const at::Tensor& ema_weight, double ema_weight_value,
+                     const std::vector<at::Tensor>& casts = {});
   void zero_grad();
   // calls of step(), skipped ones included; the bias correction reads the per-parameter counts
   // ("step.<i>" in state()), which a skipped step does not advance

@@ -36,6 +36,26 @@ diffusion::TransportConfig transport_config(const TrainConfig& cfg) {
   return t;
 }
 
+// The norm of all gradients, ‖(‖g_0‖, ‖g_1‖, …)‖, by ATen's multi-tensor norm, one call a dtype (a list
+// of mixed dtypes would take its per-tensor path), each in float32: the values of the float32 norms
+// of the same gradients widened.
+at::Tensor gradient_norm(const std::vector<at::Tensor>& gs) {
+  std::vector<at::Tensor> norms(gs.size());
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    std::vector<at::Tensor> group;
+    std::vector<size_t> at_;
+    for (size_t i = 0; i < gs.size(); ++i)
+      if (gs[i].scalar_type() == dtype) group.push_back(gs[i]), at_.push_back(i);
+    if (group.empty()) continue;
+    const auto n = dtype == at::kFloat ? at::_foreach_norm(group) : at::_foreach_norm(group, 2, at::kFloat);  // () float32 each
+    for (size_t k = 0; k < n.size(); ++k) norms[at_[k]] = n[k];
+  }
+  for (size_t i = 0; i < gs.size(); ++i)
+    if (!norms[i].defined())
+      throw std::invalid_argument("gradient " + std::to_string(i) + " is " + c10::toString(gs[i].scalar_type()) + ": float32, bf16 or fp16 expected");
+  return at::stack(norms).norm();  // ()
+}
+
 }  // namespace
 
 TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& ema, ProcessGroup* pg, bool bf16)
@@ -43,6 +63,16 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       trainable_(trainable_parameters(model)), opt_(trainable_, adamw_options(cfg)),
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
       transport_(transport_config(cfg)) {
+  {
+    // the EMA's tensor of each trainable parameter, and the parameters without a gradient beside theirs
+    const auto ps = model.parameters(), es = ema.parameters();
+    if (ps.size() != es.size())
+      throw std::invalid_argument("the EMA model has " + std::to_string(es.size()) + " parameters, the model " + std::to_string(ps.size()));
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (ps[i].requires_grad()) ema_trainable_.push_back(es[i]);
+      else fixed_.push_back(ps[i].detach()), ema_fixed_.push_back(es[i]);
+    }
+  }
   if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
   // The buckets start their all-reduces in reverse parameter order as they fill, the first holding the
@@ -108,6 +138,8 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
   auto mine = [&](const at::Tensor& all) { return world_ == 1 ? all : all.index_select(0, rows); };
   at::Tensor drop = mine((at::rand({G}, opts) < model_.config().class_dropout).to(at::kLong));  // label dropout, (B,)
   at::Tensor loss;
+  const bool fused = ops::fused_optimizer();
+  std::vector<at::Tensor> grads;  // the trainable parameters' gradients, in their order (undefined: none)
   if (buckets_) buckets_->prepare();
   const int64_t pieces = cfg_.grad_accum, B = x.size(0);
   if (B % pieces != 0)
@@ -134,21 +166,42 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
     // the batch's mean loss is the pieces' mean: each piece's gradient scaled by 1/pieces
     const at::Tensor scaled = pieces == 1 ? piece_loss : piece_loss / double(pieces);  // ()
     scaled.backward();
-    if (casts_) casts_->take_gradients();  // the weights' gradients from their casts', into .grad
+    // the weights' gradients from their casts': into .grad, or (the last piece, for the one-pass
+    // optimizer) as they are, bf16 where nothing else added to them
+    if (casts_ && fused && i + 1 == pieces) grads = casts_->gradients();
+    else if (casts_) casts_->take_gradients();
     loss = i == 0 ? scaled.detach() : loss + scaled.detach();
   }
   if (buckets_) buckets_->finish();
+  if (grads.empty())
+    for (auto& p : trainable_) grads.push_back(p.grad());
   std::vector<at::Tensor> gs;
-  for (auto& p : trainable_)
-    if (p.grad().defined()) gs.push_back(p.grad());
+  for (const auto& g : grads)
+    if (g.defined()) gs.push_back(g);
   // A step is skipped (inside the fused AdamW kernel, no host sync) when the loss or any gradient is
   // not finite: the norm over all gradients is inf/NaN exactly then. It is also what clipping and
   // the log use.
   StepResult r;
-  r.grad_norm = at::stack(at::_foreach_norm(gs)).norm();                                                          // ()
+  r.grad_norm = gradient_norm(gs);  // ()
   at::Tensor found_inf = at::logical_not(at::isfinite(loss.detach()) & at::isfinite(r.grad_norm)).to(at::kFloat).reshape({1});  // (1,)
   if (pg_) found_inf = pg_->allreduce_max(found_inf);  // every rank skips together
-  if (cfg_.grad_clip > 0) at::_foreach_mul_(gs, (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0));
+  const at::Tensor clip = cfg_.grad_clip > 0 ? (cfg_.grad_clip / (r.grad_norm + 1e-6)).clamp_max(1.0) : at::Tensor();  // ()
+  if (fused) {
+    // AdamW, the trainable parameters' EMA and the next step's casts in one pass (ops/adamw_ema.h);
+    // the EMA of the rest (the fixed positional embedding) here
+    opt_.step_with_ema(grads, clip, found_inf, ema_trainable_, ema_weight_, 1.0 - ema_decay(step),
+                       casts_ ? casts_->casts() : std::vector<at::Tensor>{});
+    if (casts_) casts_->mark_current();
+    if (!buckets_) opt_.zero_grad();
+    if (!ema_fixed_.empty()) {
+      torch::NoGradGuard ng;
+      if (ema_weight_.defined()) at::_foreach_lerp_(ema_fixed_, fixed_, std::vector<at::Tensor>(fixed_.size(), ema_weight_));
+      else at::_foreach_lerp_(ema_fixed_, fixed_, at::Scalar(1.0 - ema_decay(step)));
+    }
+    r.loss = at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1}));
+    return r;
+  }
+  if (clip.defined()) at::_foreach_mul_(gs, clip);
   opt_.step(found_inf);  // skipped inside the fused kernel where found_inf is set
   if (!buckets_) opt_.zero_grad();  // the buckets are zeroed by the next prepare()
   if (ema_weight_.defined()) {  // CUDA graphs with a decay that changes per step: 1 − decay from the device

@@ -72,6 +72,9 @@ class TrainStep {
   StepResult static_out_;           // its outputs, in its memory pool
   at::Tensor ema_weight_;           // () float32 1 − decay, filled before each replay (EMA warm-up under graphs)
   at::Tensor lr_;                   // () float32 the step's learning rate, filled before each step (a scheduled rate)
+  // the EMA model's tensor of each trainable parameter (the one-pass optimizer moves them); the
+  // parameters without a gradient and their EMA tensors, moved by one more pass
+  std::vector<at::Tensor> ema_trainable_, fixed_, ema_fixed_;
 };
 
 }  // namespace nala::train

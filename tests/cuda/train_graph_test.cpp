@@ -14,6 +14,7 @@
 
 #include "models/dit.h"
 #include "models/model_config.h"
+#include "ops/adamw_ema.h"
 #include "ops/fused_ops.h"
 #include "ops/weight_casts.h"
 #include "train/train_config.h"
@@ -146,6 +147,7 @@ TEST(TrainGraph, GradientAccumulationReplayEqualsEagerSteps) {
 // gradient norms, weights, EMA), eager and replayed, in one piece and in two, with NaLa blocks (whose
 // kernels are deterministic). Softmax blocks run cuDNN's attention backward, whose dq accumulates with
 // atomics, so two runs of DiT-S/2 differ by rounding whatever the casts: near there, as eager and graph.
+// The same with the stacked adaLN casts and with the one-pass optimizer (its kernel counted).
 TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
   if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
   struct Case {
@@ -158,18 +160,26 @@ TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
     ops::set_weight_casts_enabled(false);
     const Trace a = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
     ops::set_weight_casts_enabled(true);
-    // the casts as they are, and with the adaLN weights' casts stacked for the stacked modulation GEMM (NALA_STACKED_CASTS)
-    for (bool stacked : {false, true}) {
+    // the casts as they are; with the adaLN weights' casts stacked for the stacked modulation GEMM
+    // (NALA_STACKED_CASTS); with the one-pass optimizer reading the kept gradients and writing the next
+    // step's casts (NALA_FUSED_OPTIMIZER, ops/adamw_ema.h); both
+    for (const auto [stacked, fused] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
       ops::set_stacked_casts(stacked);
+      ops::set_fused_optimizer(fused);
       const int64_t before = ops::WeightCasts::handed_out(), stacks_before = ops::WeightCasts::stacks_handed_out();
+      const int64_t kernels_before = ops::adamw_ema_kernel_steps();
       const Trace b = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
       const int64_t handed = ops::WeightCasts::handed_out() - before, stacks = ops::WeightCasts::stacks_handed_out() - stacks_before;
+      const int64_t kernel_steps = ops::adamw_ema_kernel_steps() - kernels_before;
       // one stack a forward where they are laid out (eager: a forward a step and piece; a graph: its captures)
       if (stacked) EXPECT_GT(stacks, 0) << "no stacked cast was handed out";
       else EXPECT_EQ(stacks, 0) << "a stacked cast without NALA_STACKED_CASTS";
-      ops::set_stacked_casts(false);  // the default
+      if (fused) EXPECT_GT(kernel_steps, 0) << "the one-pass optimizer's kernel never ran";
+      else EXPECT_EQ(kernel_steps, 0) << "the one-pass optimizer's kernel ran without NALA_FUSED_OPTIMIZER";
+      ops::set_stacked_casts(false);  // the defaults
+      ops::set_fused_optimizer(false);
       const std::string what = std::string(c.objective) + (c.graphs ? " graphs" : " eager") + " accum " + std::to_string(c.accum) + " " + c.model +
-                               (stacked ? " stacked casts" : "");
+                               (stacked ? " stacked casts" : "") + (fused ? " fused optimizer" : "");
       EXPECT_GT(handed, 0) << what << ": no cast was handed out";
       int bitwise = 0;
       double worst = 0;

@@ -127,3 +127,51 @@ TEST(Ema, UpdateEqualsItsFormula) {
   train::update_ema(ema, p, decay);
   for (size_t i = 0; i < ema.size(); ++i) EXPECT_TRUE(at::allclose(ema[i].to(at::kDouble), want[i], 1e-6, 1e-7)) << i;
 }
+
+TEST(AdamW, StepWithEmaEqualsTheSeparatePasses) {
+  // step_with_ema (gradients handed in, one of them missing and one in bf16, a clipping factor, the
+  // EMA and casts) against the gradients scaled in .grad, step(), update_ema over every parameter and
+  // a copy into the casts: the same bits, a skipped step (found_inf) included.
+  train::AdamWOptions o;
+  o.lr = 3e-3;
+  o.weight_decay = 0.05;
+  auto ours = params(4), ref = params(4);
+  train::AdamW a(ours, o), b(ref, o);
+  std::vector<at::Tensor> ema_a, ema_b, casts_a, casts_b;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    ema_a.push_back(ours[i].detach() * 0.5), ema_b.push_back(ref[i].detach() * 0.5);
+    casts_a.push_back(at::zeros(ours[i].sizes(), at::kBFloat16)), casts_b.push_back(at::zeros(ref[i].sizes(), at::kBFloat16));
+  }
+  const at::Tensor scale = at::full({}, 0.4f);
+  for (int64_t k = 0; k < 4; ++k) {
+    const at::Tensor found_inf = at::full({1}, k == 2 ? 1.f : 0.f);
+    set_grads(ref, k);
+    ref[1].mutable_grad() = at::Tensor();  // a parameter without a gradient this step
+    ref[2].mutable_grad() = ref[2].grad().to(at::kBFloat16).to(at::kFloat);
+    std::vector<at::Tensor> grads;
+    for (auto& p : ref) grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    grads[2] = grads[2].to(at::kBFloat16);  // handed in as bf16, widened inside
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : ref)
+        if (p.grad().defined()) p.mutable_grad().mul_(scale);
+    }
+    b.step(found_inf);
+    train::update_ema(ema_b, ref, 0.8);
+    {
+      torch::NoGradGuard ng;
+      for (size_t i = 0; i < ref.size(); ++i)
+        if (ref[i].grad().defined()) casts_b[i].copy_(ref[i]);
+    }
+    a.step_with_ema(grads, scale, found_inf, ema_a, at::Tensor(), 1.0 - 0.8, casts_a);
+  }
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(at::equal(ours[i], ref[i])) << "parameter " << i;
+    EXPECT_TRUE(at::equal(ema_a[i], ema_b[i])) << "EMA " << i;
+    EXPECT_TRUE(at::equal(casts_a[i], casts_b[i])) << "cast " << i;
+  }
+  const auto sa = a.state(), sb = b.state();
+  for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(at::equal(sa[i].second, sb[i].second)) << sa[i].first;
+  EXPECT_GT(max_rel(ours, params(4)), 1e-4);  // the steps moved the weights
+  EXPECT_THROW(a.step_with_ema({}, {}, {}, ema_a, {}, 0.1), std::invalid_argument);
+}

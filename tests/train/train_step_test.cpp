@@ -225,3 +225,40 @@ TEST(TrainStep, RecomputeTurnsTheSwitchOnAndChangesNoResult) {
   EXPECT_TRUE(at::equal(ra.loss, rb.loss));
   EXPECT_TRUE(unchanged(*a.model, snapshot(*b.model))) << "weights after one step differ with --recompute";
 }
+
+TEST(TrainStep, FusedOptimizerChangesNoResult) {
+  // NALA_FUSED_OPTIMIZER (ops/fused_ops.h): AdamW, the EMA and the casts through AdamW::step_with_ema.
+  // On the CPU that runs ATen's passes (ops/adamw_ema.h), so three steps with clipping and the EMA's
+  // warm-up give the bits of the separate passes: losses, gradient norms, weights, EMA (the fixed
+  // positional embedding's included) and the optimizer's state.
+  auto run = [](bool fused) {
+    ops::set_fused_optimizer(fused);
+    StepSetup s = make("ddpm");
+    s.cfg.grad_clip = 0.05;  // below the first steps' norms: the factor scales every gradient
+    s.cfg.ema_warmup = true;
+    {
+      torch::NoGradGuard ng;
+      auto ps = s.model->parameters(), es = s.ema->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) es[i].copy_(ps[i] + 0.01);  // the EMA away from the weights: its update shows
+    }
+    train::TrainStep step(s.cfg, *s.model, *s.ema, nullptr, false);
+    std::vector<at::Tensor> out;
+    for (int64_t k = 0; k < 3; ++k) {
+      torch::manual_seed(10 + k);
+      at::Tensor x = at::randn({4, 1, 8, 8}), y = at::tensor({0, 1, 2, 3}, at::kLong);  // (4, 1, 8, 8), (4,)
+      const train::StepResult r = step.run(k, x, y);
+      out.push_back(r.loss.clone()), out.push_back(r.grad_norm.clone());
+    }
+    for (auto& t : snapshot(*s.model)) out.push_back(t);
+    for (auto& t : snapshot(*s.ema)) out.push_back(t);
+    for (auto& [name, t] : step.optimizer().state()) out.push_back(t.clone());
+    ops::set_fused_optimizer(false);  // the default
+    return out;
+  };
+  const auto a = run(false), b = run(true);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_GT(a[1].item<double>(), 0.05) << "the gradient norm is below the clip: no factor was applied";
+  int equal = 0;
+  for (size_t i = 0; i < a.size(); ++i) equal += at::equal(a[i], b[i]);
+  EXPECT_EQ(size_t(equal), a.size()) << "of " << a.size() << " results " << equal << " bit for bit";
+}
