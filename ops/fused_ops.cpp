@@ -124,9 +124,9 @@ bool residual_dy_sums() { return read_switch(g_residual_dy_sums, "NALA_RESIDUAL_
 void set_residual_dy_sums(bool on) { g_residual_dy_sums = on ? 1 : 0; }
 bool stacked_modulation() { return read_switch(g_stacked_modulation, "NALA_STACKED_MODULATION", 1); }
 void set_stacked_modulation(bool on) { g_stacked_modulation = on ? 1 : 0; }
-bool stacked_casts() { return read_switch(g_stacked_casts, "NALA_STACKED_CASTS", 0); }
+bool stacked_casts() { return read_switch(g_stacked_casts, "NALA_STACKED_CASTS", 1); }
 void set_stacked_casts(bool on) { g_stacked_casts = on ? 1 : 0; }
-bool fused_optimizer() { return read_switch(g_fused_optimizer, "NALA_FUSED_OPTIMIZER", 0); }
+bool fused_optimizer() { return read_switch(g_fused_optimizer, "NALA_FUSED_OPTIMIZER", 1); }
 void set_fused_optimizer(bool on) { g_fused_optimizer = on ? 1 : 0; }
 bool weight_casts_enabled() { return read_switch(g_weight_casts, "NALA_WEIGHT_CASTS", 1); }
 void set_weight_casts_enabled(bool on) { g_weight_casts = on ? 1 : 0; }

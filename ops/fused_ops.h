@@ -202,15 +202,16 @@ void set_stacked_modulation(bool on);
 // The training step's weight casts lay the adaLN weights' casts out one after another, so that the
 // stacked modulation GEMM reads them in place (ops/weight_casts.h stacks, stacked_operand) instead of
 // a copy of them all (21 MB at DiT-S/2, ≈ 446 MB at XL/2, held until the backward):
-// NALA_STACKED_CASTS=1. Default 0 until a GPU run has checked it (written and CPU-tested in the
-// thirty-eighth session, when no GPU was left). Any other value is an error.
+// NALA_STACKED_CASTS=1 (default; the S/2 step's peak 12,583 → 12,562 MiB on an H100, the step's
+// time unchanged); 0 the copy. Any other value is an error.
 bool stacked_casts();
 void set_stacked_casts(bool on);
 
 // The training step's optimizer pass in one kernel a parameter group (ops/adamw_ema.h): AdamW, the
 // EMA and the next step's weight casts from the kept bf16 gradients (train/adamw.h step_with_ema):
 // NALA_FUSED_OPTIMIZER=1; 0 the four multi-tensor passes (the gradients widened, ATen's fused AdamW,
-// _foreach_lerp_, the casts' copy). Default 0 until a GPU run has checked it. Any other value is an error.
+// _foreach_lerp_, the casts' copy). Default 1 (DiT-S/2 33.0 → 32.7 ms a step on an H100, the same bits:
+// TrainGraph.WeightCastsGiveAutocastsBits). Any other value is an error.
 bool fused_optimizer();
 void set_fused_optimizer(bool on);
 

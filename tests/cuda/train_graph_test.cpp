@@ -157,7 +157,10 @@ TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
     const char* model;
   };
   for (const Case c : {Case{"ddpm", false, 1, ""}, Case{"flow", true, 1, ""}, Case{"ddpm", false, 2, ""}, Case{"ddpm", true, 1, "DiT-S/2"}}) {
-    ops::set_weight_casts_enabled(false);
+    const bool stacked_default = ops::stacked_casts(), fused_default = ops::fused_optimizer();
+    ops::set_weight_casts_enabled(false);  // autocast's casts, autograd's conversions, the separate optimizer passes
+    ops::set_stacked_casts(false);
+    ops::set_fused_optimizer(false);
     const Trace a = train_steps(c.objective, c.graphs, false, false, c.accum, c.model);
     ops::set_weight_casts_enabled(true);
     // the casts as they are; with the adaLN weights' casts stacked for the stacked modulation GEMM
@@ -176,8 +179,8 @@ TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
       else EXPECT_EQ(stacks, 0) << "a stacked cast without NALA_STACKED_CASTS";
       if (fused) EXPECT_GT(kernel_steps, 0) << "the one-pass optimizer's kernel never ran";
       else EXPECT_EQ(kernel_steps, 0) << "the one-pass optimizer's kernel ran without NALA_FUSED_OPTIMIZER";
-      ops::set_stacked_casts(false);  // the defaults
-      ops::set_fused_optimizer(false);
+      ops::set_stacked_casts(stacked_default);  // the defaults
+      ops::set_fused_optimizer(fused_default);
       const std::string what = std::string(c.objective) + (c.graphs ? " graphs" : " eager") + " accum " + std::to_string(c.accum) + " " + c.model +
                                (stacked ? " stacked casts" : "") + (fused ? " fused optimizer" : "");
       EXPECT_GT(handed, 0) << what << ": no cast was handed out";

@@ -231,7 +231,8 @@ TEST(TrainStep, FusedOptimizerChangesNoResult) {
   // On the CPU that runs ATen's passes (ops/adamw_ema.h), so three steps with clipping and the EMA's
   // warm-up give the bits of the separate passes: losses, gradient norms, weights, EMA (the fixed
   // positional embedding's included) and the optimizer's state.
-  auto run = [](bool fused) {
+  const bool fused_default = ops::fused_optimizer();
+  auto run = [&](bool fused) {
     ops::set_fused_optimizer(fused);
     StepSetup s = make("ddpm");
     s.cfg.grad_clip = 0.05;  // below the first steps' norms: the factor scales every gradient
@@ -252,7 +253,7 @@ TEST(TrainStep, FusedOptimizerChangesNoResult) {
     for (auto& t : snapshot(*s.model)) out.push_back(t);
     for (auto& t : snapshot(*s.ema)) out.push_back(t);
     for (auto& [name, t] : step.optimizer().state()) out.push_back(t.clone());
-    ops::set_fused_optimizer(false);  // the default
+    ops::set_fused_optimizer(fused_default);
     return out;
   };
   const auto a = run(false), b = run(true);
