@@ -17,6 +17,7 @@
 #include "ops/linear.h"
 #include "ops/linear_fp8.h"
 #include "ops/mlp.h"
+#include "ops/patch_embed.h"
 
 namespace nala::models {
 
@@ -209,12 +210,23 @@ PatchEmbed::PatchEmbed(int64_t in_channels, int64_t hidden, int64_t patch) : pat
 // step on an H100, docs/benchmarks.md, thirtieth session). The GEMM writes (N, T, D) directly.
 at::Tensor PatchEmbed::forward(const at::Tensor& x) {
   if (!patch_embed_gemm()) return proj->forward(x).flatten(2).transpose(1, 2);  // (N, T, D) strided: NALA_PATCH_EMBED=conv
+  return ops::linear(patches(x), proj->weight.flatten(1), proj->bias);  // (N, T, D)
+}
+
+at::Tensor PatchEmbed::patches(const at::Tensor& x) const {
   const int64_t p = patch_;
   TORCH_CHECK(x.dim() == 4 && x.size(2) % p == 0 && x.size(3) % p == 0, "PatchEmbed: input ", x.sizes(), " is not (N, C, H, W) with H and W multiples of ", p);
   const int64_t n = x.size(0), c = x.size(1), gh = x.size(2) / p, gw = x.size(3) / p;
   // each patch's values ordered (channel, row, column), as the weight (D, C, p, p) flattens
-  const at::Tensor patches = x.reshape({n, c, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({n, gh * gw, c * p * p});  // (N, T, C·p·p)
-  return ops::linear(patches, proj->weight.flatten(1), proj->bias);                                                          // (N, T, D)
+  return x.reshape({n, c, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({n, gh * gw, c * p * p});  // (N, T, C·p·p)
+}
+
+at::Tensor PatchEmbed::forward_plus(const at::Tensor& x, const at::Tensor& pos) {
+  if (patch_embed_gemm()) {
+    const at::Tensor ps = patches(x);  // (N, T, C·p·p)
+    if (ops::patch_embed_pos_applies(ps, proj->weight.flatten(1), proj->bias, pos)) return ops::patch_embed_pos(ps, proj->weight.flatten(1), proj->bias, pos);
+  }
+  return forward(x) + pos;  // (N, T, D)
 }
 
 DiT::DiT(const ModelConfig& config) : config_(config) {
@@ -270,7 +282,7 @@ at::Tensor DiT::forward(const at::Tensor& x, const at::Tensor& t, const at::Tens
   TORCH_CHECK(t.dim() == 1 && t.size(0) == x.size(0) && y.dim() == 1 && y.size(0) == x.size(0), c.name,
               ": t and y must be (N,) with N = ", x.size(0), ", got t ", t.sizes(), ", y ", y.sizes());
   const int64_t gh = c.grid(), gw = c.grid();
-  at::Tensor h = x_embedder->forward(x) + pos_embed;                                   // (N, T, D)
+  at::Tensor h = x_embedder->forward_plus(x, pos_embed);                               // (N, T, D)
   at::Tensor cond = t_embedder->forward(t) + y_embedder->forward(y, is_training(), force_drop);  // (N, D)
   // each block's modulation: made in the block from cond, or all at once while training (stacked_modulations)
   const bool stacked = ops::stacked_modulation() && at::GradMode::is_enabled();

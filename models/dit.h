@@ -110,6 +110,12 @@ class PatchEmbed : public torch::nn::Module {
   // (DiT's timm PatchEmbed) as one GEMM of the patches, (N·T, C·p·p) · (C·p·p, D) + b (with
   // NALA_PATCH_EMBED=conv the convolution itself, its output a strided transpose)
   at::Tensor forward(const at::Tensor& x);
+  // forward(x) + pos (pos (1, T, D) float32, DiT's pos_embed): under CUDA bf16 autocast one kernel
+  // (ops/patch_embed.h, NALA_PATCH_EMBED_POS), else the two
+  at::Tensor forward_plus(const at::Tensor& x, const at::Tensor& pos);
+  // (N, C, H, W) -> (N, T, C·p·p): each token's patch, its values ordered (channel, row, column) as the
+  // weight (D, C, p, p) flattens (a view where the reshape allows)
+  at::Tensor patches(const at::Tensor& x) const;
   torch::nn::Conv2d proj{nullptr};  // weight (D, C, p, p): the checkpoint's x_embedder.proj
 
  private:

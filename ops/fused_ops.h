@@ -207,6 +207,11 @@ void set_stacked_modulation(bool on);
 bool stacked_casts();
 void set_stacked_casts(bool on);
 
+// The patch embedding and pos_embed's add in one kernel under CUDA bf16 autocast (ops/patch_embed.h):
+// NALA_PATCH_EMBED_POS=1 (default); 0 the GEMM and ATen's broadcasting add. Any other value is an error.
+bool patch_embed_pos_fused();
+void set_patch_embed_pos_fused(bool on);
+
 // The training step's optimizer pass in one kernel a parameter group (ops/adamw_ema.h): AdamW, the
 // EMA and the next step's weight casts from the kept bf16 gradients (train/adamw.h step_with_ema):
 // NALA_FUSED_OPTIMIZER=1; 0 the four multi-tensor passes (the gradients widened, ATen's fused AdamW,
