@@ -58,8 +58,8 @@ bool patch_embed_pos_applies(const at::Tensor& patches, const at::Tensor& w, con
   const int64_t T = patches.size(1), K = patches.size(2), D = w.size(0);
   if (w.size(1) != K || b.size(0) != D || pos.size(0) != 1 || pos.size(1) != T || pos.size(2) != D || D % 4 != 0) return false;
   if (patches.scalar_type() != at::kFloat || pos.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || pos.requires_grad()) return false;
-  if (patches.numel() == 0 || T > INT32_MAX || K > 1024) return false;
-  return cuda::patch_embed_smem_bytes(int(K), int(D)) <= int64_t(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
+  if (patches.numel() == 0 || T > INT32_MAX || D > INT32_MAX || patches.size(0) * T > int64_t(65535) * 128) return false;
+  return cuda::patch_embed_supported(int(K), int(D));
 #else
   (void)patches, (void)w, (void)b, (void)pos;
   return false;

@@ -14,8 +14,8 @@ namespace nala::ops {
 
 // patches (N, T, K) float32 (the patchified input, any strides), w (D, K) the weight as the GEMM
 // reads it (a parameter or a view of one), b (D) float32, pos (1, T, D) float32: whether
-// patch_embed_pos takes them (CUDA, bf16 autocast on, NALA_PATCH_EMBED_POS=1, D a multiple of 4, w
-// and a block's patches within the device's shared memory).
+// patch_embed_pos takes them (CUDA, bf16 autocast on, NALA_PATCH_EMBED_POS=1, D a multiple of 4,
+// K = C·p·p one of 4, 8, 12, 16: DiT's latent models at patch 2; others take the GEMM and the add).
 bool patch_embed_pos_applies(const at::Tensor& patches, const at::Tensor& w, const at::Tensor& b, const at::Tensor& pos);
 // (N, T, D) float32; call only where patch_embed_pos_applies.
 at::Tensor patch_embed_pos(const at::Tensor& patches, const at::Tensor& w, const at::Tensor& b, const at::Tensor& pos);

@@ -19,8 +19,8 @@ struct PatchEmbedParams {
   int T = 0, K = 0, D = 0;
 };
 
-// the shared memory a block takes (w as float32 and its rows' patches), and whether the device has it
-int64_t patch_embed_smem_bytes(int K, int D);
+// K ∈ {4, 8, 12, 16} (C·p·p of 1 to 4 channels at patch 2, 1 channel at patch 4), D a multiple of 4
+bool patch_embed_supported(int K, int D);
 void launch_patch_embed(const PatchEmbedParams& p, void* stream);
 
 }  // namespace nala::ops::cuda
