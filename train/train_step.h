@@ -59,7 +59,8 @@ class TrainStep {
   AdamW opt_;
   std::unique_ptr<GradBuckets> buckets_;  // data parallel: the gradient all-reduce (overlapped with --overlap-grads)
   // bf16 on one CUDA process with NALA_WEIGHT_CASTS on (ops/fused_ops.h): the parameters cast in one
-  // pass before the forward and their gradients widened in one pass after each backward (ops/weight_casts.h)
+  // pass before the forward and their gradients widened in one pass after each backward, or handed to the
+  // one-pass optimizer as they are, which also writes the next step's casts (ops/weight_casts.h, ops/adamw_ema.h)
   std::unique_ptr<ops::WeightCasts> casts_;
   diffusion::GaussianDiffusion diffusion_;
   diffusion::Transport transport_;
