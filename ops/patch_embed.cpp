@@ -27,7 +27,7 @@ struct PatchEmbedPosFn : torch::autograd::Function<PatchEmbedPosFn> {
     ctx->save_for_backward({pb, wc});
     ctx->saved_data["b_dtype"] = int64_t(b.scalar_type());
     const at::Tensor bc = bias_operand(b, wc.scalar_type()).contiguous();  // (D) bf16, as the GEMM's epilogue reads it
-    const at::Tensor pc = pos.contiguous();                                  // (1, T, D)
+    const at::Tensor pc = pos.contiguous();                                  // (1, T, D), 16-byte aligned (patch_embed_pos_applies)
     const int64_t R = pb.size(0), K = pb.size(1), D = wc.size(0), T = pos.size(1);
     at::Tensor out = at::empty({R, D}, pos.options());  // (R, D) float32
     const c10::cuda::CUDAGuard guard(pb.device());
@@ -57,7 +57,12 @@ bool patch_embed_pos_applies(const at::Tensor& patches, const at::Tensor& w, con
   if (patches.dim() != 3 || w.dim() != 2 || !b.defined() || b.dim() != 1 || pos.dim() != 3) return false;
   const int64_t T = patches.size(1), K = patches.size(2), D = w.size(0);
   if (w.size(1) != K || b.size(0) != D || pos.size(0) != 1 || pos.size(1) != T || pos.size(2) != D || D % 4 != 0) return false;
-  if (patches.scalar_type() != at::kFloat || pos.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || pos.requires_grad()) return false;
+  // no gradient for the patches or pos (the input and a fixed table), as the kernel's backward gives none
+  if (patches.scalar_type() != at::kFloat || pos.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || pos.requires_grad() ||
+      patches.requires_grad())
+    return false;
+  // the kernel reads pos 16 bytes at a time: a contiguous pos must start there (a copy of another one does)
+  if (pos.is_contiguous() && reinterpret_cast<uintptr_t>(pos.data_ptr()) % 16 != 0) return false;
   if (patches.numel() == 0 || T > INT32_MAX || D > INT32_MAX || patches.size(0) * T > int64_t(65535) * 128) return false;
   return cuda::patch_embed_supported(int(K), int(D));
 #else
@@ -72,7 +77,7 @@ at::Tensor patch_embed_pos(const at::Tensor& patches, const at::Tensor& w, const
 #ifdef NALA_WITH_CUDA
   const int64_t N = patches.size(0), T = patches.size(1), K = patches.size(2), D = w.size(0);
   const at::Tensor pb = patches.reshape({N * T, K}).to(at::kBFloat16).contiguous();  // (R, K) autocast's cast of the GEMM's input
-  const at::Tensor wc = autocast_gemm_operand(w);                                  // (D, K) bf16
+  const at::Tensor wc = autocast_gemm_operand(w).contiguous();                     // (D, K) bf16
   return PatchEmbedPosFn::apply(pb, wc, b, pos).view({N, T, D});                   // (N, T, D) float32
 #else
   return at::Tensor();

@@ -26,6 +26,7 @@ TEST(PatchEmbedPos, MatchesFloat64AndTheGemmWithTheAdd) {
   };
   // K = C·p·p 16 (S/2, XL/2), 4 (one channel at patch 2), 12; D 72 (a block's lanes partly idle); 300 rows
   // (a last block partly filled); patch 4 with 4 channels (K 64) is not taken: the GEMM and the add
+  const bool fused_default = ops::patch_embed_pos_fused();
   for (const Shape s : {Shape{4, 384, 2, 16, 32}, Shape{4, 1152, 2, 4, 32}, Shape{1, 384, 2, 3, 20}, Shape{3, 72, 2, 3, 16},
                         Shape{4, 384, 4, 8, 32}}) {
     torch::manual_seed(1);
@@ -53,7 +54,7 @@ TEST(PatchEmbedPos, MatchesFloat64AndTheGemmWithTheAdd) {
       return std::vector<at::Tensor>{h.detach(), pe->proj->weight.grad().clone(), pe->proj->bias.grad().clone()};
     };
     const auto a = run(true), b = run(false);
-    ops::set_patch_embed_pos_fused(true);  // the default
+    ops::set_patch_embed_pos_fused(fused_default);
     EXPECT_EQ(a[0].scalar_type(), at::kFloat);
     // float64 of Σ_k bf16(patch)·bf16(w) + bf16(b), rounded to bf16, + pos: the kernel's value up to the sums' order
     const at::Tensor pb = pe->patches(x).to(at::kBFloat16).to(at::kDouble);                  // (N, T, K)

@@ -31,7 +31,7 @@ struct Trace {
 };
 
 Trace train_steps(const std::string& objective, bool graphs, bool ema_warmup, bool scheduled = false, int64_t accum = 1,
-                  const std::string& model_name = "") {
+                  const std::string& model_name = "", double grad_clip = -1) {
   train::TrainConfig cfg = train::train_preset("fashion-mnist-tiny");
   cfg.model = objective == "flow" ? "NaLaSiT-S/2" : "NaLaDiT-S/2";  // as the trainer pairs them: a flow DiT would need learn_sigma off
   if (!model_name.empty()) cfg.model = model_name;
@@ -40,6 +40,7 @@ Trace train_steps(const std::string& objective, bool graphs, bool ema_warmup, bo
   cfg.ema_warmup = ema_warmup;
   cfg.cuda_graphs = graphs;
   cfg.grad_accum = accum;
+  if (grad_clip >= 0) cfg.grad_clip = grad_clip;
   if (scheduled) {  // a different rate at every one of the 7 steps
     cfg.steps = 7;
     cfg.lr_schedule = "cosine";
@@ -202,6 +203,33 @@ TEST(TrainGraph, WeightCastsGiveAutocastsBits) {
         }
         EXPECT_NEAR(a.losses[k], b.losses[k], 1e-6 * std::abs(a.losses[k]) + 1e-7) << what << " step " << k;
       }
+    }
+  }
+}
+
+// The one-pass optimizer (NALA_FUSED_OPTIMIZER, ops/adamw_ema.h) with the gradients clipped (the factor
+// read on the device) and the EMA's warm-up (its weight read on the device under graphs), eager and
+// replayed, against the separate passes: the same bits (NaLa blocks, whose kernels are deterministic).
+TEST(TrainGraph, FusedOptimizerClipsLikeTheSeparatePasses) {
+  if (!torch::cuda::is_available()) GTEST_FAIL() << "no CUDA device: run this binary on the GPU machine";
+  const bool fused_default = ops::fused_optimizer();
+  for (bool graphs : {false, true}) {
+    ops::set_fused_optimizer(false);
+    const Trace a = train_steps("ddpm", graphs, true, false, 1, "", 0.05);
+    ops::set_fused_optimizer(true);
+    const int64_t before = ops::adamw_ema_kernel_steps();
+    const Trace b = train_steps("ddpm", graphs, true, false, 1, "", 0.05);
+    const int64_t kernel_steps = ops::adamw_ema_kernel_steps() - before;
+    ops::set_fused_optimizer(fused_default);
+    EXPECT_GT(kernel_steps, 0) << "the kernel never ran";
+    EXPECT_GT(a.norms[0], 0.05) << "the gradient norm is below the clip: no factor was applied";
+    int equal = 0;
+    for (size_t i = 0; i < a.params.size(); ++i) equal += at::equal(a.params[i], b.params[i]) && at::equal(a.ema[i], b.ema[i]);
+    std::printf("  clip 0.05, EMA warm-up, %s: %d of %zu parameters and EMA bit for bit\n", graphs ? "graphs" : "eager", equal, a.params.size());
+    EXPECT_EQ(size_t(equal), a.params.size());
+    for (size_t k = 0; k < a.losses.size(); ++k) {
+      EXPECT_EQ(a.losses[k], b.losses[k]) << "step " << k;
+      EXPECT_EQ(a.norms[k], b.norms[k]) << "step " << k;
     }
   }
 }
