@@ -63,14 +63,8 @@ int bench_train(int argc, char** argv) {
       model->to(dev);
       auto ema = std::make_shared<models::DiT>(cfg);
       ema->to(dev);
-      std::vector<at::Tensor> params, ema_params, fixed, ema_fixed;  // trainable and fixed, with their EMA tensors
-      {
-        const auto ps = model->parameters(), es = ema->parameters();
-        for (size_t i = 0; i < ps.size(); ++i) {
-          if (ps[i].requires_grad()) params.push_back(ps[i]), ema_params.push_back(es[i]);
-          else fixed.push_back(ps[i].detach()), ema_fixed.push_back(es[i]);
-        }
-      }
+      const train::EmaPairs pairs = train::ema_pairs(model->parameters(), ema->parameters());  // trainable and fixed, with their EMA tensors
+      const std::vector<at::Tensor>& params = pairs.trainable;
       train::AdamW opt(params, {});
       // as train/train_step.cpp: the weights cast in one pass, their gradients widened in one (NALA_WEIGHT_CASTS)
       std::unique_ptr<ops::WeightCasts> casts;
@@ -98,10 +92,10 @@ int bench_train(int argc, char** argv) {
           if (casts) grads = casts->gradients();
           else
             for (const auto& p : params) grads.push_back(p.grad());
-          opt.step_with_ema(grads, {}, {}, ema_params, {}, 1.0 - 0.9999, casts ? casts->casts() : std::vector<at::Tensor>{});
+          opt.step_with_ema(grads, {}, {}, pairs.trainable_ema, {}, 1.0 - 0.9999, casts ? casts->casts() : std::vector<at::Tensor>{});
           if (casts) casts->mark_current();
           opt.zero_grad();
-          train::update_ema(ema_fixed, fixed, 0.9999);
+          train::update_ema(pairs.fixed_ema, pairs.fixed, 0.9999);
           return;
         }
         if (casts) casts->take_gradients();

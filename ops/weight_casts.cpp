@@ -159,7 +159,7 @@ std::vector<at::Tensor> WeightCasts::gradients() {
     }
     kept_[i] = at::Tensor();
   }
-  if (!add_dst.empty()) at::_foreach_add_(add_dst, add_src);  // as take_gradients adds
+  if (!add_dst.empty()) at::_foreach_add_(add_dst, add_src);  // the widened gradient added in float32, as AccumulateGrad adds
   return out;
 }
 
@@ -171,24 +171,17 @@ void WeightCasts::keep_gradient(int64_t i, const at::Tensor& g) {
 }
 
 void WeightCasts::take_gradients() {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const std::vector<at::Tensor> gs = gradients();  // kept ones already added where .grad was set
   at::NoGradGuard ng;
-  std::vector<at::Tensor> set_dst, set_src, add_dst, add_src;
+  std::vector<at::Tensor> set_dst, set_src;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!kept_[i].defined()) continue;
     at::Tensor& grad = params_[i].mutable_grad();
-    if (!grad.defined()) {
-      grad = at::empty_like(params_[i], at::MemoryFormat::Contiguous);  // (p's shape) float32
-      set_dst.push_back(grad);
-      set_src.push_back(kept_[i]);
-    } else {
-      add_dst.push_back(grad);
-      add_src.push_back(kept_[i]);
-    }
-    kept_[i] = at::Tensor();
+    if (!gs[i].defined() || grad.defined()) continue;
+    grad = at::empty_like(params_[i], at::MemoryFormat::Contiguous);  // (p's shape) float32
+    set_dst.push_back(grad);
+    set_src.push_back(gs[i]);
   }
   if (!set_dst.empty()) at::_foreach_copy_(set_dst, set_src);  // exact widening, one multi-tensor launch
-  if (!add_dst.empty()) at::_foreach_add_(add_dst, add_src);   // the widened gradient added in float32, as AccumulateGrad adds
 }
 
 at::Tensor WeightCasts::operand(const at::Tensor& t, at::ScalarType dtype) {

@@ -68,7 +68,7 @@ void AdamW::step_with_ema(const std::vector<at::Tensor>& grads, const at::Tensor
   std::vector<at::Tensor> idle_emas, idle_params;  // parameters without a gradient: their EMA moves all the same
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) {
-      idle_emas.push_back(emas[i]), idle_params.push_back(params_[i].detach());
+      idle_emas.push_back(emas[i]), idle_params.push_back(params_[i]);
       continue;
     }
     s.params.push_back(params_[i]);
@@ -91,10 +91,7 @@ void AdamW::step_with_ema(const std::vector<at::Tensor>& grads, const at::Tensor
     ops::adamw_ema_step(s);
     if (found_inf.defined()) at::_foreach_add_(s.steps, found_inf.reshape({}), -1);
   }
-  if (!idle_emas.empty()) {
-    if (ema_weight.defined()) at::_foreach_lerp_(idle_emas, idle_params, std::vector<at::Tensor>(idle_emas.size(), ema_weight));
-    else at::_foreach_lerp_(idle_emas, idle_params, at::Scalar(ema_weight_value));
-  }
+  ema_lerp(idle_emas, idle_params, ema_weight, ema_weight_value);
 }
 
 io::NamedTensors AdamW::state() const {
@@ -129,12 +126,28 @@ void AdamW::load_state(const io::NamedTensors& state, const std::string& source)
 }
 
 void update_ema(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, double decay) {
+  ema_lerp(ema, params, at::Tensor(), 1.0 - decay);  // ema + (1 − decay)(p − ema)
+}
+
+void ema_lerp(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, const at::Tensor& weight, double weight_value) {
   if (params.empty()) return;
   torch::NoGradGuard ng;
   std::vector<at::Tensor> src;
   src.reserve(params.size());
   for (const auto& p : params) src.push_back(p.detach());
-  at::_foreach_lerp_(ema, src, at::Scalar(1.0 - decay));  // ema + (1 − decay)(p − ema)
+  if (weight.defined()) at::_foreach_lerp_(ema, src, std::vector<at::Tensor>(src.size(), weight));
+  else at::_foreach_lerp_(ema, src, at::Scalar(weight_value));
+}
+
+EmaPairs ema_pairs(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& ema) {
+  if (params.size() != ema.size())
+    throw std::invalid_argument("the EMA model has " + std::to_string(ema.size()) + " parameters, the model " + std::to_string(params.size()));
+  EmaPairs e;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].requires_grad()) e.trainable.push_back(params[i]), e.trainable_ema.push_back(ema[i]);
+    else e.fixed.push_back(params[i]), e.fixed_ema.push_back(ema[i]);
+  }
+  return e;
 }
 
 }  // namespace nala::train

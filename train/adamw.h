@@ -61,5 +61,15 @@ class AdamW {
 // EMA of parameters: ema ← decay·ema + (1 − decay)·param, every tensor (DiT train.py:39-49,
 // pos_embed included).
 void update_ema(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, double decay);
+// The same move by a weight w = 1 − decay: ema ← ema + w·(p − ema), w the () float32 tensor weight where
+// defined (read on the device: a CUDA graph's replay), else weight_value. One multi-tensor lerp.
+void ema_lerp(const std::vector<at::Tensor>& ema, const std::vector<at::Tensor>& params, const at::Tensor& weight, double weight_value);
+
+// A model's parameters (params) and its EMA model's (ema, in the same order), split into those that
+// want gradients (what AdamW updates) and the rest (the fixed pos_embed), each beside its EMA tensor.
+struct EmaPairs {
+  std::vector<at::Tensor> trainable, trainable_ema, fixed, fixed_ema;
+};
+EmaPairs ema_pairs(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& ema);
 
 }  // namespace nala::train

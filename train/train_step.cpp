@@ -63,16 +63,7 @@ TrainStep::TrainStep(const TrainConfig& cfg, models::DiT& model, models::DiT& em
       trainable_(trainable_parameters(model)), opt_(trainable_, adamw_options(cfg)),
       diffusion_(cfg.schedule, 1000, "", diffusion::parse_variance_type(model.config().learn_sigma ? cfg.variance : "fixed-small")),
       transport_(transport_config(cfg)) {
-  {
-    // the EMA's tensor of each trainable parameter, and the parameters without a gradient beside theirs
-    const auto ps = model.parameters(), es = ema.parameters();
-    if (ps.size() != es.size())
-      throw std::invalid_argument("the EMA model has " + std::to_string(es.size()) + " parameters, the model " + std::to_string(ps.size()));
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (ps[i].requires_grad()) ema_trainable_.push_back(es[i]);
-      else fixed_.push_back(ps[i].detach()), ema_fixed_.push_back(es[i]);
-    }
-  }
+  ema_pairs_ = ema_pairs(model.parameters(), ema.parameters());  // trainable_ is its trainable list
   if (cfg.recompute) ops::set_recompute_saved(true);  // NaLa blocks read it at every forward (ops/fused_ops.h)
   if (pg) buckets_ = std::make_unique<GradBuckets>(trainable_, *pg, int64_t(cfg.bucket_mb * (1 << 20)), cfg.overlap_grads);
   // The buckets start their all-reduces in reverse parameter order as they fill, the first holding the
@@ -189,29 +180,19 @@ StepResult TrainStep::run_eager(int64_t step, const at::Tensor& x, const at::Ten
   if (fused) {
     // AdamW, the trainable parameters' EMA and the next step's casts in one pass (ops/adamw_ema.h);
     // the EMA of the rest (the fixed positional embedding) here
-    opt_.step_with_ema(grads, clip, found_inf, ema_trainable_, ema_weight_, 1.0 - ema_decay(step),
+    opt_.step_with_ema(grads, clip, found_inf, ema_pairs_.trainable_ema, ema_weight_, 1.0 - ema_decay(step),
                        casts_ ? casts_->casts() : std::vector<at::Tensor>{});
     if (casts_) casts_->mark_current();
     if (!buckets_) opt_.zero_grad();
-    if (!ema_fixed_.empty()) {
-      torch::NoGradGuard ng;
-      if (ema_weight_.defined()) at::_foreach_lerp_(ema_fixed_, fixed_, std::vector<at::Tensor>(fixed_.size(), ema_weight_));
-      else at::_foreach_lerp_(ema_fixed_, fixed_, at::Scalar(1.0 - ema_decay(step)));
-    }
+    ema_lerp(ema_pairs_.fixed_ema, ema_pairs_.fixed, ema_weight_, 1.0 - ema_decay(step));
     r.loss = at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1}));
     return r;
   }
   if (clip.defined()) at::_foreach_mul_(gs, clip);
   opt_.step(found_inf);  // skipped inside the fused kernel where found_inf is set
   if (!buckets_) opt_.zero_grad();  // the buckets are zeroed by the next prepare()
-  if (ema_weight_.defined()) {  // CUDA graphs with a decay that changes per step: 1 − decay from the device
-    torch::NoGradGuard ng;
-    std::vector<at::Tensor> src, ema = ema_.parameters();
-    for (const auto& p : model_.parameters()) src.push_back(p.detach());
-    at::_foreach_lerp_(ema, src, std::vector<at::Tensor>(ema.size(), ema_weight_));
-  } else {
-    update_ema(ema_.parameters(), model_.parameters(), ema_decay(step));
-  }
+  // (with CUDA graphs and a decay that changes per step, 1 − decay read from the device: ema_weight_)
+  ema_lerp(ema_.parameters(), model_.parameters(), ema_weight_, 1.0 - ema_decay(step));
   r.loss = at::where(found_inf > 0, at::full_like(found_inf, NAN), loss.detach().to(at::kFloat).reshape({1}));
   return r;
 }

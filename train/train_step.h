@@ -75,7 +75,7 @@ class TrainStep {
   at::Tensor lr_;                   // () float32 the step's learning rate, filled before each step (a scheduled rate)
   // the EMA model's tensor of each trainable parameter (the one-pass optimizer moves them); the
   // parameters without a gradient and their EMA tensors, moved by one more pass
-  std::vector<at::Tensor> ema_trainable_, fixed_, ema_fixed_;
+  EmaPairs ema_pairs_;
 };
 
 }  // namespace nala::train
