@@ -41,7 +41,8 @@ int lepe_staged() {
   int s = g_lepe_staged.load();
   if (s < 0) {
     const char* v = std::getenv("NALA_LEPE_STAGED");
-    int from_env = lepe_staging_of(v ? v : "");
+    const char* c16 = std::getenv("NALA_LEPE_COPY16");
+    int from_env = lepe_staging_of(v ? v : "") | (lepe_copy16_of(c16 ? c16 : "") ? kStageCopy16 : 0);
     // a set_lepe_staged() in between wins over the environment
     s = g_lepe_staged.compare_exchange_strong(s, from_env) ? from_env : s;
   }
@@ -98,8 +99,14 @@ int lepe_staging_of(const std::string& v) {
   TORCH_CHECK(false, "NALA_LEPE_STAGED='", v, "' is not one of 0, off, residual, du, du1, both, both1, 1");
 }
 
+bool lepe_copy16_of(const std::string& v) {
+  if (v.empty() || v == "1") return true;  // the default since 2026-12-06: docs/benchmarks.md, fortieth session
+  if (v == "0") return false;
+  TORCH_CHECK(false, "NALA_LEPE_COPY16='", v, "' is not one of 0, 1");
+}
+
 void set_lepe_staged(int bits) {
-  TORCH_CHECK(bits >= 0 && bits <= (kStageResidual | kStageDu | kStageOneBuffer), "set_lepe_staged: bits ", bits, " (0 to 7)");
+  TORCH_CHECK(bits >= 0 && bits <= (kStageResidual | kStageDu | kStageOneBuffer | kStageCopy16), "set_lepe_staged: bits ", bits, " (0 to 15)");
   g_lepe_staged = bits;
 }
 

@@ -14,8 +14,11 @@ namespace nala::attention::cuda {
 // with one buffer a block). NALA_LEPE_STAGED sets it at the first call: 0 / off (neither staged),
 // residual, du, du1 (one buffer), both / 1 (the default: the tail's forward −15 % on an H100,
 // docs/benchmarks.md), both1; any other value is an error naming it.
-// set_lepe_staged overrides it (the tests run the variants).
+// NALA_LEPE_COPY16 (0 or 1, default 1) adds bit 8: LePE's windows copied to shared memory in
+// 16-byte pieces where the layout allows (the same values in the same places). set_lepe_staged
+// overrides both (the tests run the variants).
 int lepe_staging_of(const std::string& value);
+bool lepe_copy16_of(const std::string& value);
 void set_lepe_staged(int bits);
 
 // Blocks an SM the backward's LayerNorm-gate kernel (ln_gate_bwd) is launched with, each summing

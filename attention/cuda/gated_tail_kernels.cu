@@ -11,12 +11,15 @@
 //   lepe_wgrad    Σ dw per tap, Σ db        tiles as lepe_conv, sums per block in warp order
 // No atomics: every sum runs in a fixed order, so results are bitwise repeatable.
 // With p.lepe_staged the forward's lepe_conv and lepe_wgrad also stage their tile's second input
-// (the residual o; du) in shared memory with the window, instead of a 4-byte global load a position.
+// (the residual o; du) in shared memory with the window, instead of a 4-byte global load a position,
+// and (kStageCopy16) copy windows and tiles in 16-byte pieces where the inputs' layout allows.
 #include "attention/cuda/gated_tail_kernels.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -138,15 +141,67 @@ struct TileSide {
   int64_t sb = 0, sn = 0;
 };
 
+// 16-byte window copies (kStageCopy16): a 64-channel chunk's position is kCount pieces of kChannels
+// channels (8 × 8 for bf16, 16 × 4 for float32); thread t copies piece t % kCount of every
+// (kWarps·32 / kCount)-th position, one cp.async of 16 bytes where the 4-byte copies took one a
+// lane a position (a quarter of the copies for bf16; their address arithmetic was half a
+// lepe_wgrad's instructions: docs/benchmarks.md, fortieth session). The window's layout is the
+// same. in: the thread's piece of the window's input (lane_base of its first channel), side: of the
+// side input; in null: the 4-byte copies.
+template <typename T>
+struct Pieces {
+  static constexpr int kChannels = 16 / int(sizeof(T)), kCount = kChunkChannels / kChannels;
+  const T* in = nullptr;
+  const T* side = nullptr;
+  bool active = false;  // the piece's channels < D (a piece lies in one head: d % kChannels == 0)
+};
+// This thread's pieces of a kernel's window input and side input (side.p null: none); none at all
+// (the 4-byte copies) unless copy16.
+template <typename T>
+__device__ __forceinline__ Pieces<T> pieces_of(bool copy16, const GatedTailParams& p, const Strided& in, const Strided& side) {
+  Pieces<T> pc;
+  if (!copy16) return pc;
+  const int c = blockIdx.x * kChunkChannels + (threadIdx.x % Pieces<T>::kCount) * Pieces<T>::kChannels;
+  pc.active = c < p.D;
+  const int ch = pc.active ? c : 0;  // a valid channel for the base pointers of inactive pieces
+  pc.in = lane_base<T>(in, ch, p.d);
+  if (side.p) pc.side = lane_base<T>(side, ch, p.d);
+  return pc;
+}
+
 // Issues the copies of the lane's channel pair of the window around tile s into shared memory
 // (window[row][col][lane]), zeros outside the grid or past D, as one cp.async group. With a side
 // input, the same group also copies its ROWS × kStrip positions of tile s to
 // window + TileRows::elems (side[row][col][lane], zeros outside the grid or past D).
 template <typename T, int KS, int ROWS>
 __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, const TilePos& s,
-                                             PairT<T>* window, const TileSide<T>& side) {
+                                             PairT<T>* window, const TileSide<T>& side, const Pieces<T>& pc) {
   constexpr int R = KS / 2, COLS = TileRows<T, KS>::cols, WROWS = TileRows<T, KS>::window_rows;
   static_assert(ROWS == TileRows<T, KS>::rows, "the side tile's size (TileRows::side_elems) assumes the tile's rows");
+  if (pc.in) {  // 16-byte pieces
+    constexpr int POS_BYTES = 32 * int(sizeof(PairT<T>)), STEP = kWarps * 32 / Pieces<T>::kCount;  // positions a pass
+    const int piece = threadIdx.x % Pieces<T>::kCount, first = threadIdx.x / Pieces<T>::kCount;
+    unsigned char* wb = reinterpret_cast<unsigned char*>(window) + piece * 16;
+    for (int pos = first; pos < WROWS * COLS; pos += STEP) {
+      const int r = pos / COLS, col = pos - r * COLS;
+      const int yy = s.y0 + r - R, xx = s.x0 + col - R;
+      const bool valid = pc.active && yy >= 0 && yy < p.grid_h && xx >= 0 && xx < p.grid_w;
+      const T* src = valid ? pc.in + s.b * sb + (int64_t(yy) * p.grid_w + xx) * sn : pc.in;
+      cp_async<16>(wb + pos * POS_BYTES, src, valid);
+    }
+    if (side.base) {
+      unsigned char* tb = reinterpret_cast<unsigned char*>(window + TileRows<T, KS>::elems) + piece * 16;
+      for (int pos = first; pos < ROWS * kStrip; pos += STEP) {
+        const int r = pos / kStrip, col = pos - r * kStrip;
+        const int yy = s.y0 + r, xx = s.x0 + col;
+        const bool valid = pc.active && yy < p.grid_h && xx < p.grid_w;
+        const T* src = valid ? pc.side + s.b * side.sb + (int64_t(yy) * p.grid_w + xx) * side.sn : pc.side;
+        cp_async<16>(tb + pos * POS_BYTES, src, valid);
+      }
+    }
+    cp_async_commit();
+    return;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int pos = warp; pos < WROWS * COLS; pos += kWarps) {
     const int r = pos / COLS, col = pos - r * COLS;
@@ -175,18 +230,18 @@ __device__ __forceinline__ void stage_window(const GatedTailParams& p, const T* 
 // caller may reuse the window memory.
 template <typename T, int KS, int ROWS, typename Body>
 __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T* in, int64_t sb, int64_t sn, bool active, int buffers,
-                                              PairT<T>* window, const TileSide<T>& side, Body&& body) {
+                                              PairT<T>* window, const TileSide<T>& side, const Pieces<T>& pc, Body&& body) {
   const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
   // buffer 1 − cur at window + (1 − cur)·stride
   const int stride = buffers == 2 ? TileRows<T, KS>::elems + (side.base ? TileRows<T, KS>::side_elems : 0) : 0;
   int cur = 0;
   int64_t ti = blockIdx.y;
-  if (ti < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window, side);
+  if (ti < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, ti, ROWS), window, side, pc);
   for (; ti < tiles; ti += gridDim.y) {
     const int64_t next = ti + gridDim.y;
     const bool ahead = buffers == 2 && next < tiles;
     if (ahead) {
-      stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride, side);
+      stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window + (cur ^ 1) * stride, side, pc);
       cp_async_wait<1>();  // this tile's group is done, the next one's may run on
     } else {
       cp_async_wait<0>();
@@ -195,7 +250,7 @@ __device__ __forceinline__ void for_each_tile(const GatedTailParams& p, const T*
     body(tile_pos(p, ti, ROWS), static_cast<const PairT<T>*>(window + cur * stride));
     __syncthreads();  // the window is read before it is refilled
     if (buffers == 2) cur ^= 1;
-    else if (next < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window, side);
+    else if (next < tiles) stage_window<T, KS, ROWS>(p, in, sb, sn, active, tile_pos(p, next, ROWS), window, side, pc);
   }
 }
 
@@ -228,7 +283,8 @@ __device__ __forceinline__ void for_each_tap(const PairT<T>* window, int r, F&& 
 // before its store (a memory round trip an output: `out` may alias `res` for all the compiler knows).
 template <typename T, int KS, bool STAGED>
 __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p, const Strided in, const float* __restrict__ wt,
-                                                         const float* __restrict__ bias, const Strided res, T* __restrict__ out, int buffers) {
+                                                         const float* __restrict__ bias, const Strided res, T* __restrict__ out, int buffers,
+                                                         bool copy16) {
   constexpr int TAPS = KS * KS > 0 ? KS * KS : 1, ROWS = TileRows<T, KS>::rows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   PairT<T>* window = reinterpret_cast<PairT<T>*>(smem_raw);  // (buffers, window rows, cols, 32 lanes)
@@ -275,7 +331,8 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_conv(const GatedTailParams p
     }
   };
   if constexpr (KS > 0) {
-    for_each_tile<T, KS, ROWS>(p, ib, in.sb, in.sn, active, buffers, window, side, rows_of);
+    const Pieces<T> pc = pieces_of<T>(copy16, p, in, STAGED && res.p ? res : Strided{});
+    for_each_tile<T, KS, ROWS>(p, ib, in.sb, in.sn, active, buffers, window, side, pc, rows_of);
   } else {  // no convolution: u = o + b, no window
     const int64_t tiles = p.B * ((p.grid_h + ROWS - 1) / ROWS) * ((p.grid_w + kStrip - 1) / kStrip);
     for (int64_t ti = blockIdx.y; ti < tiles; ti += gridDim.y) rows_of(tile_pos(p, ti, ROWS), window);
@@ -434,7 +491,7 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
 // window (double-buffered with it); else loaded from global memory at each row's start.
 template <typename T, int KS, bool STAGED>
 __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams p, const Strided du, const Strided v, float* __restrict__ part,
-                                                          int buffers) {
+                                                          int buffers, bool copy16) {
   constexpr int TAPS = KS * KS, ROWS = TileRows<T, KS>::rows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   PairT<T>* window = reinterpret_cast<PairT<T>*>(smem_raw);  // (buffers, window rows, cols, 32 lanes); then the final sums
@@ -449,7 +506,8 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
   const T* vb = lane_base<T>(v, ch, p.d);
   TileSide<T> side;
   if (STAGED) side = {gb, du.sb, du.sn};
-  for_each_tile<T, KS, ROWS>(p, vb, v.sb, v.sn, active, buffers, window, side, [&](const TilePos& s, const PairT<T>* win) {
+  const Pieces<T> pc = pieces_of<T>(copy16, p, v, STAGED ? du : Strided{});
+  for_each_tile<T, KS, ROWS>(p, vb, v.sb, v.sn, active, buffers, window, side, pc, [&](const TilePos& s, const PairT<T>* win) {
     for (int r = warp; r < ROWS; r += kWarps) {
       const int y = s.y0 + r;
       if (y >= p.grid_h || !active) continue;
@@ -539,18 +597,30 @@ Strided o_of(const GatedTailParams& p) { return {p.o, p.o_stride[0], p.o_stride[
 Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_stride[1]}; }
 Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
 
+// Whether a LePE kernel's windows may be copied in 16-byte pieces (Pieces): asked for (kStageCopy16),
+// a piece's channels in one head, and every input (the window's, the staged side input's; p null:
+// none) 16-byte aligned with strides of whole pieces.
+template <typename T>
+bool pieces_fit(const GatedTailParams& p, std::initializer_list<Strided> inputs) {
+  constexpr int kCh = Pieces<T>::kChannels;
+  if (!(p.lepe_staged & kStageCopy16) || p.d % kCh != 0) return false;
+  for (const Strided& a : inputs)
+    if (a.p && (reinterpret_cast<uintptr_t>(a.p) % 16 != 0 || a.sb % kCh != 0 || a.sh % kCh != 0 || a.sn % kCh != 0)) return false;
+  return true;
+}
+
 // Launches a LePE kernel (STAGED: the instantiation that stages a side input) over its tiles with
 // the windows' dynamic shared memory (opted in above 48 KB): one window when every block has one
 // tile or one_buffer is asked for, else two (the next one copied in while this one is computed);
-// each with its side input's tile where the kernel stages one.
+// each with its side input's tile where the kernel stages one; copy16: the windows in 16-byte pieces.
 template <typename T, int KS, bool STAGED, typename Kernel, typename... Args>
-void launch_lepe(Kernel kernel, bool one_buffer, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
+void launch_lepe(Kernel kernel, bool one_buffer, bool copy16, const GatedTailParams& p, dim3 grid, cudaStream_t st, Args... args) {
   const int64_t tiles = p.B * tiles_per_sample(p, TileRows<T, KS>::rows);
   const int buffers = tiles > int64_t(grid.y) && !one_buffer ? 2 : 1;
   const size_t per_buffer = TileRows<T, KS>::elems + (STAGED ? TileRows<T, KS>::side_elems : 0);
   const size_t smem = KS > 0 ? size_t(buffers) * per_buffer * sizeof(PairT<T>) : 0;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers);
+  kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers, KS > 0 && copy16);
 }
 
 template <typename T>
@@ -560,7 +630,8 @@ void forward_typed(const GatedTailParams& p, void* u, void* y, float* mean, floa
     const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv)));
     auto conv = [&](auto staged) {  // std::bool_constant: the kernel and its shared memory from one flag
       constexpr bool S = decltype(staged)::value;
-      launch_lepe<T, K, S>(lepe_conv<T, K, S>, false, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
+      const bool copy16 = pieces_fit<T>(p, {v_of(p), S ? o_of(p) : Strided{}});
+      launch_lepe<T, K, S>(lepe_conv<T, K, S>, false, copy16, p, grid, st, p, v_of(p), p.lepe_wt, p.lepe_b, o_of(p), static_cast<T*>(u));
     };
     if constexpr (K > 0) {
       if (p.lepe_staged & kStageResidual) conv(std::true_type{});
@@ -599,15 +670,18 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
       // dv(q) = Σ_t w_t·du(q − off_t): the forward's convolution of du with the taps reversed (none
       // asked for: the one-pass attention backward adds it to its own dv)
       if (dv != nullptr) {
-        launch_lepe<T, K, false>(lepe_conv<T, K, false>, false, p, dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st,
-                                 p, du_of(p, du), p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
+        launch_lepe<T, K, false>(lepe_conv<T, K, false>, false, pieces_fit<T>(p, {du_of(p, du)}), p,
+                                 dim3(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::conv))), st, p, du_of(p, du),
+                                 p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
         check_launch("lepe_conv (backward)");
       }
       const dim3 wgrid(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad)));
-      if (p.lepe_staged & kStageDu)
-        launch_lepe<T, K, true>(lepe_wgrad<T, K, true>, (p.lepe_staged & kStageOneBuffer) != 0, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
+      const bool staged = (p.lepe_staged & kStageDu) != 0, copy16 = pieces_fit<T>(p, {v_of(p), staged ? du_of(p, du) : Strided{}});
+      if (staged)
+        launch_lepe<T, K, true>(lepe_wgrad<T, K, true>, (p.lepe_staged & kStageOneBuffer) != 0, copy16, p, wgrid, st, p, du_of(p, du), v_of(p),
+                                lepe_part);
       else
-        launch_lepe<T, K, false>(lepe_wgrad<T, K, false>, false, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
+        launch_lepe<T, K, false>(lepe_wgrad<T, K, false>, false, copy16, p, wgrid, st, p, du_of(p, du), v_of(p), lepe_part);
       check_launch("lepe_wgrad");
     }
   });

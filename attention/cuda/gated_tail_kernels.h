@@ -41,8 +41,11 @@ struct GatedTailParams {
 // du (kStageDu) copied to shared memory with the tile's window (cp.async, one group) instead of a
 // 4-byte global load a position where it is used; kStageOneBuffer: lepe_wgrad then walks its tiles with
 // one window (and du tile) a block, not two (more blocks fit an SM's shared memory). Results are equal
-// either way (the same sums in the same order).
-constexpr int kStageResidual = 1, kStageDu = 2, kStageOneBuffer = 4;
+// either way (the same sums in the same order). kStageCopy16: the windows (and staged tiles) copied
+// in 16-byte pieces of 8 bf16 / 4 float32 channels, not 4 / 8 bytes a lane, where every input is
+// 16-byte aligned with strides of whole pieces and d is a multiple of a piece (else the 4-byte
+// copies); the same values land in the same places.
+constexpr int kStageResidual = 1, kStageDu = 2, kStageOneBuffer = 4, kStageCopy16 = 8;
 
 // Token chunks of the two reducing backward kernels (their partial sums' first dimension).
 int ln_gate_backward_chunks(const GatedTailParams& p);

@@ -80,7 +80,7 @@ class GatedTailKernels : public ::testing::Test {
   }
   void TearDown() override {  // back to what the environment says
     auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
-    cuda::set_lepe_staged(cuda::lepe_staging_of(env("NALA_LEPE_STAGED")));
+    cuda::set_lepe_staged(cuda::lepe_staging_of(env("NALA_LEPE_STAGED")) | (cuda::lepe_copy16_of(env("NALA_LEPE_COPY16")) ? cuda::kStageCopy16 : 0));
     cuda::set_ln_gate_bwd_blocks(cuda::ln_gate_bwd_blocks_of(env("NALA_LN_GATE_BWD_BLOCKS")));
   }
 };
@@ -118,6 +118,14 @@ void check_cases(const std::vector<Case>& cases) {
       Result fst = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
       Result fst1 = run(true, in, c.gh, c.gw, w, bf16);
+      // the windows in 16-byte pieces (where the layout allows: d a multiple of 8 for bf16, 4 for
+      // float32; d 4 and 12 in bf16 keep the 4-byte copies), staged and not
+      cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu | cuda::kStageCopy16);
+      Result fv = run(true, in, c.gh, c.gw, w, bf16);
+      cuda::set_lepe_staged(cuda::kStageCopy16);
+      Result fv0 = run(true, in, c.gh, c.gw, w, bf16);
+      cuda::set_lepe_staged(cuda::kStageDu | cuda::kStageOneBuffer | cuda::kStageCopy16);
+      Result fv1 = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(0);
       cuda::set_ln_gate_bwd_blocks(1);  // more tokens a block than 4 an SM gives, in every case of ≥ 1,056 tokens
       Result f1 = run(true, in, c.gh, c.gw, w, bf16);
@@ -131,6 +139,9 @@ void check_cases(const std::vector<Case>& cases) {
       const at::Tensor* f2s[] = {&f2.y, &f2.dqkvg, &f2.do_, &f2.dlw, &f2.dlb, &f2.dnw, &f2.dnb};
       const at::Tensor* fsts[] = {&fst.y, &fst.dqkvg, &fst.do_, &fst.dlw, &fst.dlb, &fst.dnw, &fst.dnb};
       const at::Tensor* fst1s[] = {&fst1.y, &fst1.dqkvg, &fst1.do_, &fst1.dlw, &fst1.dlb, &fst1.dnw, &fst1.dnb};
+      const at::Tensor* fvs[] = {&fv.y, &fv.dqkvg, &fv.do_, &fv.dlw, &fv.dlb, &fv.dnw, &fv.dnb};
+      const at::Tensor* fv0s[] = {&fv0.y, &fv0.dqkvg, &fv0.do_, &fv0.dlw, &fv0.dlb, &fv0.dnw, &fv0.dnb};
+      const at::Tensor* fv1s[] = {&fv1.y, &fv1.dqkvg, &fv1.do_, &fv1.dlw, &fv1.dlb, &fv1.dnw, &fv1.dnb};
       const at::Tensor* f1s[] = {&f1.y, &f1.dqkvg, &f1.do_, &f1.dlw, &f1.dlb, &f1.dnw, &f1.dnb};
       const at::Tensor* f8s[] = {&f8.y, &f8.dqkvg, &f8.do_, &f8.dlw, &f8.dlb, &f8.dnw, &f8.dnb};
       const at::Tensor* ps[] = {&p.y, &p.dqkvg, &p.do_, &p.dlw, &p.dlb, &p.dnw, &p.dnb};
@@ -143,6 +154,9 @@ void check_cases(const std::vector<Case>& cases) {
         EXPECT_TRUE(at::equal(*fs[i], *f2s[i])) << what << " " << names[i] << ": not bitwise repeatable";
         EXPECT_TRUE(at::equal(*fs[i], *fsts[i])) << what << " " << names[i] << ": staged (NALA_LEPE_STAGED=both) differs from unstaged";
         EXPECT_TRUE(at::equal(*fs[i], *fst1s[i])) << what << " " << names[i] << ": staged, one buffer (both1) differs from unstaged";
+        EXPECT_TRUE(at::equal(*fs[i], *fvs[i])) << what << " " << names[i] << ": staged in 16-byte pieces differs from unstaged";
+        EXPECT_TRUE(at::equal(*fs[i], *fv0s[i])) << what << " " << names[i] << ": 16-byte window pieces (unstaged) differ from 4-byte copies";
+        EXPECT_TRUE(at::equal(*fs[i], *fv1s[i])) << what << " " << names[i] << ": du staged, one buffer, 16-byte pieces differs from unstaged";
         const double ef = rel(*fs[i], *ts[i]), ep = rel(*ps[i], *ts[i]);
         std::printf("  %-42s %-9s fused err %.2e  composition err %.2e\n", what, names[i], ef, ep);
         if (!bf16) EXPECT_LT(ef, 1e-5) << what << " " << names[i];
@@ -188,6 +202,15 @@ TEST(GatedTailSwitches, Values) {
   EXPECT_EQ(cuda::lepe_staging_of("du"), cuda::kStageDu);
   EXPECT_EQ(cuda::lepe_staging_of("both"), cuda::kStageResidual | cuda::kStageDu);
   EXPECT_EQ(cuda::lepe_staging_of("both1"), cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
+  EXPECT_TRUE(cuda::lepe_copy16_of(""));  // the default
+  EXPECT_TRUE(cuda::lepe_copy16_of("1"));
+  EXPECT_FALSE(cuda::lepe_copy16_of("0"));
+  try {
+    cuda::lepe_copy16_of("on");
+    ADD_FAILURE() << "'on' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_COPY16='on'"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of(""), 4);
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of("8"), 8);
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of("16"), 16);
