@@ -63,7 +63,7 @@ bool patch_embed_pos_applies(const at::Tensor& patches, const at::Tensor& w, con
     return false;
   // the kernel reads pos 16 bytes at a time: a contiguous pos must start there (a copy of another one does)
   if (pos.is_contiguous() && reinterpret_cast<uintptr_t>(pos.data_ptr()) % 16 != 0) return false;
-  if (patches.numel() == 0 || T > INT32_MAX || D > INT32_MAX || patches.size(0) * T > int64_t(65535) * 128) return false;
+  if (patches.numel() == 0 || T > INT32_MAX || D > INT32_MAX || patches.size(0) * T > cuda::patch_embed_max_rows()) return false;
   return cuda::patch_embed_supported(int(K), int(D));
 #else
   (void)patches, (void)w, (void)b, (void)pos;

@@ -4,10 +4,12 @@
 // 256 on an H100) and ATen's broadcasting add of the float32 pos_embed read them again and wrote the
 // float32 sum with its non-vectorized kernel (125 µs; docs/benchmarks.md, thirty-ninth session).
 // A lane owns 4 adjacent channels (a block 32 lanes of them: 128 channels) and holds their K weights
-// in registers; the block's 8 warps take every 8th of its kRows rows. A row's K patch values are the
-// same for every lane (one broadcast load); each of the lane's 4 outputs is K fmas in k order, the
-// bias, the bf16 rounding, the positional embedding; one 16-byte store. (A first version kept w in
-// shared memory and read it with a 16-byte load a k: 119 µs a DiT-S/2 step, bound by those loads.)
+// in registers; the block's 4 warps take every 4th of its kRows rows, 4 rows' loads in flight at a
+// time. A row's K patch values are the same for every lane (K / 4 broadcast 8-byte loads); each of
+// the lane's 4 outputs is K fmas in k order, the bias, the bf16 rounding, the positional embedding;
+// one 16-byte store. (A first version kept w in shared memory and read it with a 16-byte load a k:
+// 119 µs a DiT-S/2 step, bound by those loads. A second loaded one row at a time, K 2-byte loads
+// each, and waited for them: 170 µs, a round trip a row; docs/benchmarks.md, fortieth session.)
 #include "ops/cuda/patch_embed_kernels.h"
 
 #include <cuda_bf16.h>
@@ -19,8 +21,9 @@
 namespace nala::ops::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kRows = 128;  // rows a block (16 a warp)
+constexpr int kWarps = 4;   // 145 registers at K = 16: 3 blocks of 4 warps an SM (one of 8 warps)
+constexpr int kRows = 64;   // rows a block (16 a warp)
+constexpr int kBatch = 4;   // rows a warp loads before it computes the first
 
 template <int K>
 __global__ void __launch_bounds__(kWarps * 32) patch_embed_pos_kernel(const PatchEmbedParams p) {
@@ -37,25 +40,54 @@ __global__ void __launch_bounds__(kWarps * 32) patch_embed_pos_kernel(const Patc
 #pragma unroll
     for (int k = 0; k < K; ++k) wr[j][k] = __bfloat162float(w[int64_t(c + j) * K + k]);
   }
-  const int64_t r_end = min(int64_t(blockIdx.y + 1) * kRows, p.R);
-  for (int64_t r = int64_t(blockIdx.y) * kRows + warp; r < r_end; r += kWarps) {
-    float x[K];
+  // the warp's rows r0, r0 + kWarps, ...: kBatch of them at a time, every load of a batch issued
+  // before the first use (a row's patch as K / 4 8-byte loads, the same address in every lane)
+  constexpr int V = K / 4;
+  const int64_t r0 = int64_t(blockIdx.y) * kRows + warp, r_end = min(int64_t(blockIdx.y + 1) * kRows, p.R);
+  int t = int(r0 % p.T);  // r0's position in the image; then + kWarps a row, wrapped
+  for (int64_t r = r0; r < r_end; r += kBatch * kWarps) {
+    uint2 x[kBatch][V];
+    float4 pe[kBatch];
+    int tu = t;
 #pragma unroll
-    for (int k = 0; k < K; ++k) x[k] = __bfloat162float(patches[r * K + k]);  // the same address in every lane
-    const float4 pe = *reinterpret_cast<const float4*>(p.pos + int64_t(r % p.T) * p.D + c);
-    float o[4];
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t ru = r + u * kWarps;
+      if (ru < r_end) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float a = 0.f;
-#pragma unroll
-      for (int k = 0; k < K; ++k) a = fmaf(x[k], wr[j][k], a);
-      o[j] = __bfloat162float(__float2bfloat16_rn(a + bias[j]));  // the GEMM's bf16 output
+        for (int v = 0; v < V; ++v) x[u][v] = reinterpret_cast<const uint2*>(patches + ru * K)[v];
+        pe[u] = *reinterpret_cast<const float4*>(p.pos + int64_t(tu) * p.D + c);
+      }
+      tu += kWarps;
+      while (tu >= p.T) tu -= p.T;
     }
-    *reinterpret_cast<float4*>(p.out + r * p.D + c) = make_float4(o[0] + pe.x, o[1] + pe.y, o[2] + pe.z, o[3] + pe.w);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t ru = r + u * kWarps;
+      if (ru >= r_end) break;
+      float xf[K];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&x[u][v]);
+        const float2 a = __bfloat1622float2(h[0]), bb = __bfloat1622float2(h[1]);
+        xf[4 * v] = a.x, xf[4 * v + 1] = a.y, xf[4 * v + 2] = bb.x, xf[4 * v + 3] = bb.y;
+      }
+      float o[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float a = 0.f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) a = fmaf(xf[k], wr[j][k], a);
+        o[j] = __bfloat162float(__float2bfloat16_rn(a + bias[j]));  // the GEMM's bf16 output
+      }
+      *reinterpret_cast<float4*>(p.out + ru * p.D + c) = make_float4(o[0] + pe[u].x, o[1] + pe[u].y, o[2] + pe[u].z, o[3] + pe[u].w);
+    }
+    t = tu;
   }
 }
 
 }  // namespace
+
+int64_t patch_embed_max_rows() { return int64_t(65535) * kRows; }
 
 bool patch_embed_supported(int K, int D) { return (K == 4 || K == 8 || K == 12 || K == 16) && D % 4 == 0 && D > 0; }
 

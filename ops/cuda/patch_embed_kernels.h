@@ -21,6 +21,7 @@ struct PatchEmbedParams {
 
 // K ∈ {4, 8, 12, 16} (C·p·p of 1 to 4 channels at patch 2, 1 channel at patch 4), D a multiple of 4
 bool patch_embed_supported(int K, int D);
+int64_t patch_embed_max_rows();  // R one launch takes
 void launch_patch_embed(const PatchEmbedParams& p, void* stream);
 
 }  // namespace nala::ops::cuda
