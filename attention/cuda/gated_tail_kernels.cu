@@ -29,7 +29,7 @@
 namespace nala::attention::cuda {
 namespace {
 
-using namespace nala::cuda_vec;  // load2, store2, load4, store4, load_raw4, warp_sum, clamped_vec
+using namespace nala::cuda_vec;  // load2, store2, load4, store4, warp_sum, clamped_vec
 
 constexpr int kWarps = 4;           // warps a block
 constexpr int kChunkChannels = 64;  // channels of a lepe block: 32 lanes × 2
@@ -410,45 +410,19 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
   const int64_t dg_stride = p.dg_row_stride > 0 ? p.dg_row_stride : p.D;  // dg's rows
   const int64_t rows = p.B * p.N, begin = int64_t(blockIdx.x) * rows_per_block;
   const int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
-  // a row's u, dy and g as stored, and its mean and rstd: the warp loads its next row's while it
-  // computes this one (a warp's rows one after another each waited a memory round trip: 121 µs a
-  // launch at NaLaDiT-S/2 on an H100, 0.49 instructions issued a cycle; docs/benchmarks.md, fortieth
-  // session). Up to 4 vectors a lane (D ≤ 512); wider rows keep more loads in flight a row and
-  // would need 240+ registers (bf16, D 1152) for two rows. Every vector's load unguarded
-  // (clamped_vec: no branch between them).
-  constexpr bool kAhead = NV <= 4;
-  struct RowIn {
-    typename Raw4<T>::type u[NV], dy[NV], g[NV];
-    float mu, r;
-  };
-  auto fetch = [&](int64_t row, RowIn& in) {
-    const int64_t b = row / p.N, n = row - b * p.N;
-    const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int c = 4 * clamped_vec(lane, j, D4);
-      in.u[j] = load_raw4(u + row * p.D + c);
-      in.dy[j] = load_raw4(dy + row * p.D + c);
-      in.g[j] = load_raw4(g + c);
-    }
-    in.mu = mean_in[row], in.r = rstd_in[row];
-  };
-  RowIn cur;
-  if (kAhead && begin + warp < end) fetch(begin + warp, cur);
   for (int64_t row = begin + warp; row < end; row += kWarps) {
-    RowIn next;
-    const bool ahead = kAhead && row + kWarps < end;
-    if (!kAhead) fetch(row, cur);
-    if (ahead) fetch(row + kWarps, next);
     const int64_t b = row / p.N, n = row - b * p.N;
-    const float mu = cur.mu, r = cur.r;
-    // dy lands in e
+    const float mu = mean_in[row], r = rstd_in[row];
+    const T* g = static_cast<const T*>(p.g) + b * p.g_stride[0] + n * p.g_stride[1];
+    // the row's u, dy and g, every global load issued before the first is used (clamped_vec: no
+    // branch between them; guarded, each vector's loads waited for the previous one's); dy lands in e
     float xh[NV][4], e[NV][4], gv[NV][4];
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      unpack_raw4<T>(cur.u[j], xh[j]);
-      unpack_raw4<T>(cur.dy[j], e[j]);
-      unpack_raw4<T>(cur.g[j], gv[j]);
+      const int c = 4 * clamped_vec(lane, j, D4);
+      load4(u + row * p.D + c, xh[j]);
+      load4(dy + row * p.D + c, e[j]);
+      load4(g + c, gv[j]);
     }
     float se = 0, sex = 0;
 #pragma unroll
@@ -499,7 +473,6 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
         store4(du + ((b * p.H + h) * p.N + n) * p.d + (c - h * p.d), o);
       }
     }
-    if (ahead) cur = next;
   }
   __syncthreads();
   for (int c = threadIdx.x; c < S; c += blockDim.x) {

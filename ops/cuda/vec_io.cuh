@@ -64,25 +64,6 @@ __device__ __forceinline__ void store4_rounded(T* p, float (&v)[4]) {
   unpack4(w, v, T{});
 }
 
-// 4 elements as they lie in memory (16 bytes of float, 8 of bf16/fp16), for loads issued a row ahead of
-// their use: half the registers of the floats for 16-bit types; unpack_raw4 gives load4's floats.
-template <typename T>
-struct Raw4 {
-  using type = uint2;
-};
-template <>
-struct Raw4<float> {
-  using type = float4;
-};
-template <typename T>
-__device__ __forceinline__ typename Raw4<T>::type load_raw4(const T* p) {
-  return *reinterpret_cast<const typename Raw4<T>::type*>(p);
-}
-template <typename T>
-__device__ __forceinline__ void unpack_raw4(uint2 w, float (&v)[4]) { unpack4(w, v, T{}); }
-template <typename T>
-__device__ __forceinline__ void unpack_raw4(float4 w, float (&v)[4]) { v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w; }
-
 __device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
 __device__ __forceinline__ float2 load2(const __nv_bfloat16* p) { return unpack_bf16x2(*reinterpret_cast<const unsigned*>(p)); }
 __device__ __forceinline__ void store2(float* p, float2 v) { *reinterpret_cast<float2*>(p) = v; }
