@@ -32,7 +32,9 @@ struct PatchEmbedPosFn : torch::autograd::Function<PatchEmbedPosFn> {
     at::Tensor out = at::empty({R, D}, pos.options());  // (R, D) float32
     const c10::cuda::CUDAGuard guard(pb.device());
     cuda::PatchEmbedParams p;
-    p.patches = pb.data_ptr(), p.w = wc.data_ptr(), p.b = bc.data_ptr(), p.pos = pc.data_ptr<float>(), p.out = out.data_ptr<float>();
+    // the kernel reads w's rows 8 bytes at a time (a cast in the step's buffer starts 512 bytes after the last)
+    const at::Tensor wk = reinterpret_cast<uintptr_t>(wc.data_ptr()) % 8 == 0 ? wc : wc.clone();  // (D, K)
+    p.patches = pb.data_ptr(), p.w = wk.data_ptr(), p.b = bc.data_ptr(), p.pos = pc.data_ptr<float>(), p.out = out.data_ptr<float>();
     p.R = R, p.T = int(T), p.K = int(K), p.D = int(D);
     cuda::launch_patch_embed(p, at::cuda::getCurrentCUDAStream().stream());
     return out;

@@ -22,7 +22,7 @@ namespace nala::ops::cuda {
 namespace {
 
 constexpr int kWarps = 4;   // 145 registers at K = 16: 3 blocks of 4 warps an SM (one of 8 warps)
-constexpr int kRows = 64;   // rows a block (16 a warp)
+constexpr int kRows = 256;  // rows a block (64 a warp): the 4 × K weights a lane loads at its start, over 256 rows
 constexpr int kBatch = 4;   // rows a warp loads before it computes the first
 
 template <int K>
@@ -33,12 +33,17 @@ __global__ void __launch_bounds__(kWarps * 32) patch_embed_pos_kernel(const Patc
   const auto* w = static_cast<const __nv_bfloat16*>(p.w);
   const auto* patches = static_cast<const __nv_bfloat16*>(p.patches);
   const auto* b = static_cast<const __nv_bfloat16*>(p.b);
-  float wr[4][K], bias[4];
+  float wr[4][K], bias[4];  // w's rows as K / 4 8-byte loads each (w 8-byte aligned: patch_embed_pos)
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     bias[j] = __bfloat162float(b[c + j]);
 #pragma unroll
-    for (int k = 0; k < K; ++k) wr[j][k] = __bfloat162float(w[int64_t(c + j) * K + k]);
+    for (int v = 0; v < K / 4; ++v) {
+      const uint2 raw = reinterpret_cast<const uint2*>(w + int64_t(c + j) * K)[v];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      const float2 lo = __bfloat1622float2(h[0]), hi = __bfloat1622float2(h[1]);
+      wr[j][4 * v] = lo.x, wr[j][4 * v + 1] = lo.y, wr[j][4 * v + 2] = hi.x, wr[j][4 * v + 3] = hi.y;
+    }
   }
   // the warp's rows r0, r0 + kWarps, ...: kBatch of them at a time, every load of a batch issued
   // before the first use (a row's patch as K / 4 8-byte loads, the same address in every lane)

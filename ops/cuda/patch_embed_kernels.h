@@ -8,7 +8,8 @@ namespace nala::ops::cuda {
 // out (R, D) float32 = float(bf16(Σ_k patches[r, k]·w[d, k] + b[d])) + pos[r mod T, d]: the patch
 // embedding's GEMM as autocast runs it (bf16 operands, float32 sums, the bias added before the bf16
 // rounding) and the positional embedding's float32 add. patches (R, K), w (D, K) and b (D) bf16,
-// pos (T, D) float32, all contiguous; D a multiple of 4, rows 16-byte aligned.
+// pos (T, D) float32, all contiguous; D a multiple of 4, rows 16-byte aligned (patches' and w's rows
+// 8-byte aligned).
 struct PatchEmbedParams {
   const void* patches = nullptr;
   const void* w = nullptr;
