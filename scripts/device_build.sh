@@ -23,7 +23,10 @@ export NALA_FASHION_MNIST="$root/.carry/fashion-mnist"
 # the smoke subset (scripts/prepare_carry.sh) where the whole set was not carried
 [ -d "$NALA_FASHION_MNIST" ] || [ ! -d "$root/.carry/fashion-mnist-smoke" ] || NALA_FASHION_MNIST="$root/.carry/fashion-mnist-smoke"
 summary="$out/summary.txt"
-: > "$summary"
+# appended, not rewritten: a call that runs this script several times (steps with different settings)
+# keeps every run's lines (2026-12-06: a rewritten summary lost a call's test results)
+[ -n "${OUT:-}" ] || : > "$summary"
+echo "== $(date -u +%H:%M:%S) steps: ${steps[*]}" >> "$summary"
 note() { printf '%s\n' "$*" | tee -a "$summary"; }
 t_start=$(date +%s)
 . "$root/scripts/device_lib.sh"
