@@ -14,7 +14,7 @@ namespace nala::attention::cuda {
 // with one buffer a block). NALA_LEPE_STAGED sets it at the first call: 0 / off (neither staged),
 // residual, du, du1 (one buffer), both / 1 (the default: the tail's forward −15 % on an H100,
 // docs/benchmarks.md), both1; any other value is an error naming it.
-// NALA_LEPE_COPY16 (0 or 1, default 1) adds bit 8: LePE's windows copied to shared memory in
+// NALA_LEPE_COPY16 (0 or 1, default 1) adds kStageCopy16 (the value 8): LePE's windows copied to shared memory in
 // 16-byte pieces where the layout allows (the same values in the same places). set_lepe_staged
 // overrides both (the tests run the variants).
 int lepe_staging_of(const std::string& value);

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -597,6 +598,8 @@ Strided o_of(const GatedTailParams& p) { return {p.o, p.o_stride[0], p.o_stride[
 Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_stride[1]}; }
 Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
 
+std::atomic<int64_t> g_copy16_launches{0};  // lepe_copy16_launches()
+
 // Whether a LePE kernel's windows may be copied in 16-byte pieces (Pieces): asked for (kStageCopy16),
 // a piece's channels in one head, and every input (the window's, the staged side input's; p null:
 // none) 16-byte aligned with strides of whole pieces.
@@ -621,6 +624,7 @@ void launch_lepe(Kernel kernel, bool one_buffer, bool copy16, const GatedTailPar
   const size_t smem = KS > 0 ? size_t(buffers) * per_buffer * sizeof(PairT<T>) : 0;
   if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   kernel<<<grid, kWarps * 32, smem, st>>>(args..., buffers, KS > 0 && copy16);
+  if (KS > 0 && copy16) g_copy16_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 template <typename T>
@@ -688,6 +692,8 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
 }
 
 }  // namespace
+
+int64_t lepe_copy16_launches() { return g_copy16_launches.load(std::memory_order_relaxed); }
 
 int ln_gate_backward_chunks(const GatedTailParams& p) { return int(ceil_div(p.B * p.N, ln_rows_per_block(p))); }
 int lepe_backward_chunks(const GatedTailParams& p) {

@@ -47,6 +47,10 @@ struct GatedTailParams {
 // copies); the same values land in the same places.
 constexpr int kStageResidual = 1, kStageDu = 2, kStageOneBuffer = 4, kStageCopy16 = 8;
 
+// LePE kernel launches that copied their windows in 16-byte pieces since the process started (the
+// tests check that the layouts meant to take them did).
+int64_t lepe_copy16_launches();
+
 // Token chunks of the two reducing backward kernels (their partial sums' first dimension).
 int ln_gate_backward_chunks(const GatedTailParams& p);
 int lepe_backward_chunks(const GatedTailParams& p);

@@ -120,6 +120,7 @@ void check_cases(const std::vector<Case>& cases) {
       Result fst1 = run(true, in, c.gh, c.gw, w, bf16);
       // the windows in 16-byte pieces (where the layout allows: d a multiple of 8 for bf16, 4 for
       // float32; d 4 and 12 in bf16 keep the 4-byte copies), staged and not
+      const int64_t copies_before = cuda::lepe_copy16_launches();
       cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu | cuda::kStageCopy16);
       Result fv = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(cuda::kStageCopy16);
@@ -127,6 +128,11 @@ void check_cases(const std::vector<Case>& cases) {
       cuda::set_lepe_staged(cuda::kStageDu | cuda::kStageOneBuffer | cuda::kStageCopy16);
       Result fv1 = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(0);
+      // each of the three runs: the forward's convolution and the weight gradient (the backward's dv
+      // convolution too where the tail computes it) in 16-byte pieces where the layout takes them
+      const bool pieces = c.ks > 0 && c.d % (bf16 ? 8 : 4) == 0;
+      if (pieces) EXPECT_GE(cuda::lepe_copy16_launches() - copies_before, 6) << "16-byte window copies not taken, d " << c.d;
+      else EXPECT_EQ(cuda::lepe_copy16_launches(), copies_before) << "16-byte window copies taken where d " << c.d << " does not allow them";
       cuda::set_ln_gate_bwd_blocks(1);  // more tokens a block than 4 an SM gives, in every case of ≥ 1,056 tokens
       Result f1 = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_ln_gate_bwd_blocks(8);  // fewer, where a block had more than kWarps (BlocksWalkingSeveralTiles)

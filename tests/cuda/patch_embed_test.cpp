@@ -26,10 +26,11 @@ TEST(PatchEmbedPos, MatchesFloat64AndTheGemmWithTheAdd) {
   };
   // K = C·p·p 16 (S/2, XL/2), 4 (one channel at patch 2), 12; D 72 (a block's lanes partly idle); 300 rows
   // (a last block partly filled); 2 × 2 latents (one token an image: the rows' image positions wrap
-  // every row); patch 4 with 4 channels (K 64) is not taken: the GEMM and the add
+  // every row), 25 and 9 tokens an image over several 256-row blocks (positions that are not a multiple
+  // of the kernel's 4 warps apart at a block's start); patch 4 with 4 channels (K 64) is not taken: the GEMM and the add
   const bool fused_default = ops::patch_embed_pos_fused();
   for (const Shape s : {Shape{4, 384, 2, 16, 32}, Shape{4, 1152, 2, 4, 32}, Shape{1, 384, 2, 3, 20}, Shape{3, 72, 2, 3, 16},
-                        Shape{4, 384, 4, 8, 32}, Shape{2, 384, 2, 37, 2}}) {
+                        Shape{4, 384, 4, 8, 32}, Shape{2, 384, 2, 37, 2}, Shape{1, 384, 2, 30, 10}, Shape{4, 384, 2, 40, 6}}) {
     torch::manual_seed(1);
     auto pe = std::make_shared<models::PatchEmbed>(s.C, s.D, s.p);
     pe->to(at::kCUDA);
