@@ -96,13 +96,19 @@ void save_checkpoint(const std::string& out_dir, const RunState& st, const model
   io::fsync_parent_dir(final_dir);
   // the new checkpoint is in place: a failure to delete an older one costs disk space, not data
   if (!io::remove_tree(old, &err)) std::cerr << "warning: " << err << "\n";
-  auto all = list_checkpoints(out_dir);
-  for (size_t i = size_t(keep_last); i < all.size(); ++i)
-    if (!io::remove_tree(all[i].dir, &err)) std::cerr << "warning: " << err << "\n";
+  // keep-last counts this checkpoint and the older ones: one of a later step (none after a resume, which
+  // moves unreadable later ones aside) is never the reason the one just written is deleted
+  int64_t kept = 0;
+  for (const auto& c : list_checkpoints(out_dir)) {
+    if (c.step > st.step || kept++ < keep_last) continue;
+    if (!io::remove_tree(c.dir, &err)) std::cerr << "warning: " << err << "\n";
+  }
 }
 
 RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, models::DiT& ema, AdamW& opt, bool verbose) {
   RunState st;
+  std::vector<std::string> unreadable;  // newest first
+  std::string first_error;
   for (const auto& [step, dir] : list_checkpoints(out_dir)) {
     try {
       auto state = nlohmann::json::parse(io::read_file(dir + "/state.json"));
@@ -115,11 +121,27 @@ RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, 
       st.nonfinite = state.at("nonfinite");
       st.images_seen = state.at("images_seen");
       if (verbose) std::cerr << "resuming from " << dir << " (step " << st.step << ")\n";
+      // the later, unreadable ones moved aside (kept, no longer listed): this run writes those steps
+      // again, and keep-last would count them as its newest checkpoints and delete the new ones
+      for (const std::string& u : unreadable) {
+        std::string aside = u + ".unreadable";
+        if (fs::exists(aside)) aside += "." + std::to_string(::getpid());
+        std::error_code ec;
+        fs::rename(u, aside, ec);
+        if (ec) throw std::runtime_error("cannot move the unreadable checkpoint " + u + " aside to " + aside + ": " + ec.message());
+        std::cerr << "moved the unreadable checkpoint " << u << " aside to " << aside << "\n";
+      }
       return st;
     } catch (const std::exception& e) {
       if (verbose) std::cerr << "warning: checkpoint " << dir << " is unreadable (" << e.what() << "); trying the previous one\n";
+      if (first_error.empty()) first_error = e.what();
+      unreadable.push_back(dir);
     }
   }
+  // none readable: starting over would overwrite them and keep-last would delete them
+  if (!unreadable.empty())
+    throw std::runtime_error("none of the " + std::to_string(unreadable.size()) + " checkpoints in " + out_dir + "/checkpoints can be read (the newest, " +
+                             unreadable.front() + ": " + first_error + "); move them out of the way to start the run over, or use a new --out");
   return st;
 }
 

@@ -38,12 +38,15 @@ void check_run_directory(const std::string& out_dir, const TrainConfig& cfg, boo
 void open_run_directory(const std::string& out_dir, const TrainConfig& cfg, bool writer);
 
 // Writes checkpoints/<step> atomically (temporary directory, fsynced, then renamed into place; a
-// previous folder of the same step is removed only after) and keeps the last keep_last. The weights
+// previous folder of the same step is removed only after) and keeps the last keep_last of this step
+// and the earlier ones (never deleting the one it wrote for a later step's folder). The weights
 // files carry the objective settings, so `nala sample` uses the process the model was trained with.
 void save_checkpoint(const std::string& out_dir, const RunState& st, const models::DiT& model, const models::DiT& ema, const AdamW& opt,
                      const diffusion::ObjectiveSettings& objective, int64_t keep_last);
 // Loads the newest readable checkpoint into model, ema and opt; an unreadable one is reported (on
-// stderr when `verbose`) and the previous one tried. Returns the state (step 0 when none).
+// stderr when `verbose`) and the previous one tried, and once one loads the unreadable later ones
+// are renamed <step>.unreadable (kept, no longer listed). Returns the state (step 0 when there is no
+// checkpoint); throws, touching nothing, when there are checkpoints and none can be read.
 RunState load_latest_checkpoint(const std::string& out_dir, models::DiT& model, models::DiT& ema, AdamW& opt, bool verbose);
 
 }  // namespace nala::train

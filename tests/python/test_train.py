@@ -96,6 +96,26 @@ def test_corrupt_latest_checkpoint_falls_back(tmp):
     assert max(losses(tmp / "r")) == 10
 
 
+def test_unreadable_checkpoints_are_never_pruned(tmp):
+    # the only checkpoint unreadable: refused (no restart from step 0 whose keep-last would delete it)
+    run("nala", "train", *FAST, "--steps", "4", "--ckpt-every", "2", "--keep-last", "1", "--out", tmp / "a")
+    only = tmp / "a" / "checkpoints" / "0000004" / "model.safetensors"
+    only.write_bytes(only.read_bytes()[:100])
+    p = run("nala", "train", *FAST, "--steps", "3", "--ckpt-every", "2", "--keep-last", "1", "--out", tmp / "a", check=False)
+    assert p.returncode != 0 and "none of the 1 checkpoints" in p.stderr and "0000004" in p.stderr, p.stderr
+    assert only.stat().st_size == 100 and sorted(x.name for x in (tmp / "a" / "checkpoints").iterdir()) == ["0000004"]
+    # the latest unreadable, an earlier one loads: the latest is moved aside, and the run's new
+    # checkpoints are kept by --keep-last (not deleted in favour of the unreadable later step)
+    run("nala", "train", *FAST, "--steps", "8", "--ckpt-every", "2", "--keep-last", "2", "--out", tmp / "b")
+    latest = tmp / "b" / "checkpoints" / "0000008" / "model.safetensors"
+    latest.write_bytes(latest.read_bytes()[:100])
+    p = run("nala", "train", *FAST, "--steps", "7", "--ckpt-every", "2", "--keep-last", "2", "--out", tmp / "b")
+    assert "resuming from" in p.stderr and "0000006" in p.stderr and "moved the unreadable checkpoint" in p.stderr, p.stderr
+    names = sorted(x.name for x in (tmp / "b" / "checkpoints").iterdir())
+    assert names == ["0000006", "0000007", "0000008.unreadable"], names
+    assert (tmp / "b" / "checkpoints" / "0000008.unreadable" / "model.safetensors").stat().st_size == 100
+
+
 def test_failed_write_loses_nothing(tmp):
     run("nala", "train", *FAST, "--steps", "4", "--ckpt-every", "4", "--out", tmp / "r")
     good = tmp / "r" / "checkpoints" / "0000004"
