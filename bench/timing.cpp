@@ -100,6 +100,9 @@ class TracedRange {
 }  // namespace
 
 Timing time_it(const std::function<void()>& fn, const c10::Device& device, int warmup, int reps) {
+  // the benchmarks' --measure / --steps / --reps and --warmup arrive here (a median of no timings was a crash)
+  if (reps < 1) throw std::invalid_argument("the timed repetitions (--measure / --steps / --reps) must be at least 1, got " + std::to_string(reps));
+  if (warmup < 0) throw std::invalid_argument("the warm-up repetitions (--warmup) must be at least 0, got " + std::to_string(warmup));
   for (int i = 0; i < warmup; ++i) fn();
   synchronize(device);
   const ProfiledRange profiled(device);

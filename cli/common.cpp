@@ -1,7 +1,10 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <iostream>
 #include <stdexcept>
+
+#include <ATen/ATen.h>
 
 #include <torch/cuda.h>
 #ifdef NALA_WITH_CUDA
@@ -16,7 +19,12 @@ c10::Device pick_device(const std::string& flag) {
     std::cerr << "note: no CUDA device available, running on the CPU\n";
     return c10::Device("cpu");
   }
-  c10::Device d(flag);
+  c10::Device d("cpu");
+  try {
+    d = c10::Device(flag);
+  } catch (const std::exception&) {
+    throw std::runtime_error("--device '" + flag + "' is not one of auto, cpu, cuda, cuda:N");
+  }
   if (d.is_cuda() && !torch::cuda::is_available()) throw std::runtime_error("--device " + flag + ": no CUDA device is available");
   return d;
 }
@@ -37,9 +45,38 @@ c10::ScalarType parse_dtype(const std::string& flag) {
 int64_t parse_cfg_channels(const std::string& flag, int64_t in_channels) {
   if (flag == "auto") return in_channels == 4 ? 3 : -1;
   if (flag == "all") return -1;
-  if (flag.empty() || flag.find_first_not_of("0123456789") != std::string::npos || std::stoll(flag) < 1 || std::stoll(flag) > in_channels)
+  if (flag.empty() || flag.size() > 9 || flag.find_first_not_of("0123456789") != std::string::npos || std::stoll(flag) < 1 ||
+      std::stoll(flag) > in_channels)
     throw std::runtime_error("--cfg-channels must be auto, all or a count from 1 to " + std::to_string(in_channels) + ", got '" + flag + "'");
   return std::stoll(flag);
+}
+
+void check_labels(const at::Tensor& y, int64_t num_classes, bool null_class, const std::string& what) {
+  if (y.dim() != 1) throw std::runtime_error(what + ": labels must be one-dimensional (N), got " + std::to_string(y.dim()) + " dimensions");
+  if (y.numel() == 0) return;
+  const int64_t top = null_class ? num_classes : num_classes - 1;
+  const at::Tensor yc = y.to(at::kCPU, at::kLong);  // (N)
+  const at::Tensor bad = (yc < 0).logical_or(yc > top).nonzero();
+  if (bad.numel() == 0) return;
+  const int64_t i = bad[0][0].item<int64_t>();
+  throw std::runtime_error(what + ": label " + std::to_string(yc[i].item<int64_t>()) + " (entry " + std::to_string(i) + ") outside 0.." +
+                           std::to_string(top) + (null_class ? " (" + std::to_string(num_classes) + ": the null class, unguided)" : ""));
+}
+
+std::vector<int64_t> parse_classes(const std::string& s) {
+  std::vector<int64_t> v;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    const std::string t = s.substr(start, end - start);
+    if (!t.empty()) {
+      const bool digits = t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits) throw std::runtime_error("--classes: '" + t + "' is not a class label (a whole number from 0)");
+      v.push_back(std::stoll(t));
+    }
+    start = end + 1;
+  }
+  return v;
 }
 
 }  // namespace nala::cli

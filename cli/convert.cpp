@@ -21,7 +21,9 @@ int run_convert(int argc, char** argv) {
     std::cout << o.help() << "\n";
     return a.count("help") ? 0 : 2;
   }
-  auto w = io::load_weights(a["in"].as<std::string>(), a["take"].as<std::string>());
+  const std::string take = a["take"].as<std::string>();
+  if (take != "ema" && take != "model") throw std::runtime_error("--take must be ema or model, got '" + take + "'");
+  auto w = io::load_weights(a["in"].as<std::string>(), take);
   int64_t n = 0;
   for (auto& [k, t] : w) n += t.numel();
   io::save_safetensors(a["out"].as<std::string>(), w, {{"format", "pt"}});

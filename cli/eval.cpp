@@ -44,6 +44,9 @@ int run_eval(int argc, char** argv) {
   metrics::EvalOptions eo;
   eo.device = pick_device(a["device"].as<std::string>());
   eo.batch = a["batch-size"].as<int64_t>();
+  if (eo.batch <= 0) throw std::runtime_error("--batch-size must be positive, got " + std::to_string(eo.batch));
+  if (a.count("json")) io::check_parent_dir(a["json"].as<std::string>(), "--json");
+  if (a.count("out")) io::check_parent_dir(a["out"].as<std::string>(), "--out");
   eo.allow_few_samples = a.count("allow-few-samples") > 0;
   eo.allow_size_mismatch = a.count("allow-size-mismatch") > 0;
   if (a.count("ref-cache")) {
@@ -55,6 +58,7 @@ int run_eval(int argc, char** argv) {
 
   if (a.count("train-fmnist-classifier")) {
     if (!a.count("out")) throw std::runtime_error("--train-fmnist-classifier needs --out FILE.safetensors");
+    if (a["epochs"].as<int64_t>() < 1) throw std::runtime_error("--epochs must be at least 1, got " + std::to_string(a["epochs"].as<int64_t>()));
     auto r = metrics::train_fmnist_classifier(data::default_fashion_mnist_dir(), a["out"].as<std::string>(), a["epochs"].as<int64_t>(),
                                               a["seed"].as<uint64_t>(), eo.device);
     std::printf("Fashion-MNIST classifier: test accuracy %.4f (%.0f s) -> %s\n", r.test_accuracy, r.seconds, a["out"].as<std::string>().c_str());

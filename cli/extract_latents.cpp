@@ -45,7 +45,7 @@ int run_extract_latents(int argc, char** argv) {
   if (flip != "none" && flip != "both") throw std::runtime_error("--flip must be none or both, got '" + flip + "'");
   if (latent != "mean" && latent != "sample") throw std::runtime_error("--latent must be mean or sample, got '" + latent + "'");
   const int64_t size = a["image-size"].as<int64_t>(), shard = a["shard-size"].as<int64_t>(), bs = a["batch-size"].as<int64_t>();
-  if (size % 8 != 0) throw std::runtime_error("--image-size must be a multiple of 8, got " + std::to_string(size));
+  if (size <= 0 || size % 8 != 0) throw std::runtime_error("--image-size must be a positive multiple of 8, got " + std::to_string(size));
   if (shard <= 0 || bs <= 0) throw std::runtime_error("--shard-size and --batch-size must be positive");
   io::OutputLock lock(out, "latent folder " + out);  // one writer: a second extract-latents on `out` is refused
   const c10::Device dev = pick_device(a["device"].as<std::string>());

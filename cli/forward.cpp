@@ -40,6 +40,7 @@ int run_forward(int argc, char** argv) {
   for (auto& [k, v] : io::load_npz(a["input"].as<std::string>())) in[k] = v;
   for (const char* k : {"x", "t", "y"})
     if (!in.count(k)) throw std::runtime_error(a["input"].as<std::string>() + ": missing array '" + k + "' (needs x, t, y)");
+  check_labels(in["y"], model->config().num_classes, model->config().class_dropout > 0, a["input"].as<std::string>() + ": 'y'");
   at::Tensor x = in["x"].to(dev, dt), t = in["t"].to(dev), y = in["y"].to(dev, at::kLong);
   torch::NoGradGuard ng;
   at::Tensor out;

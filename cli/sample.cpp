@@ -28,18 +28,6 @@
 namespace fs = std::filesystem;
 
 namespace nala::cli {
-namespace {
-
-std::vector<int64_t> parse_classes(const std::string& s) {
-  std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ','))
-    if (!t.empty()) v.push_back(std::stoll(t));
-  return v;
-}
-
-}  // namespace
 
 int run_sample(int argc, char** argv) {
   cxxopts::Options o("nala sample", "Sample images from a DiT/SiT/NaLa checkpoint (grid PNG, or --num-samples to an .npz for FID)");
@@ -90,6 +78,7 @@ int run_sample(int argc, char** argv) {
   if (n < 0) throw std::runtime_error("--num-samples must be positive, got " + std::to_string(n));
   if (n == 0 && a.count("npz")) throw std::runtime_error("--npz needs --num-samples N (how many samples to write)");
   if (n == 0) io::check_parent_dir(a["out"].as<std::string>(), "--out");
+  if (a.count("npz")) io::check_parent_dir(a["npz"].as<std::string>(), "--npz");
   if (a.count("save-latents")) io::check_parent_dir(a["save-latents"].as<std::string>(), "--save-latents");
   if (a["batch-size"].as<int64_t>() <= 0) throw std::runtime_error("--batch-size must be positive, got " + std::to_string(a["batch-size"].as<int64_t>()));
   const c10::Device dev = pick_device(a["device"].as<std::string>());
@@ -162,6 +151,7 @@ int run_sample(int argc, char** argv) {
       throw std::runtime_error(f + ": --likelihood needs 'x' of shape (N, " + std::to_string(C) + ", " + std::to_string(L) + ", " + std::to_string(L) + ")");
     at::Tensor x = in["x"].to(dev, at::kFloat);                                                                                  // (N, C, h, w)
     at::Tensor y = in.count("labels") ? in["labels"].to(dev, at::kLong) : at::full({x.size(0)}, mc.num_classes, x.options().dtype(at::kLong));  // (N,)
+    check_labels(y, mc.num_classes, mc.class_dropout > 0, f + ": 'labels'");
     model->to(dev, at::kFloat);
     auto r = samplers::likelihood(*model, so, x, y, a["likelihood-steps"].as<int64_t>(), at::make_generator<at::CPUGeneratorImpl>(seed));
     std::printf("log-likelihood of %ld inputs: %.4f bits/dim (mean; std %.4f), %ld model evaluations\n", x.size(0), r.bits_per_dim.mean().item<double>(),
@@ -200,6 +190,7 @@ int run_sample(int argc, char** argv) {
       throw std::runtime_error(f + ": needs 'noise' of shape (N, " + std::to_string(C) + ", " + std::to_string(L) + ", " + std::to_string(L) + ")");
     z = z.to(at::kFloat);
     y = in.count("labels") ? in["labels"].to(at::kLong) : at::Tensor();
+    if (y.defined()) check_labels(y, mc.num_classes, mc.class_dropout > 0, f + ": 'labels'");
   }
   std::vector<int64_t> classes = parse_classes(a["classes"].as<std::string>());
   int64_t per_row = 8;

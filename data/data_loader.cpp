@@ -30,13 +30,16 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, int64_t batch, uint64_t
                        int64_t rank, int64_t world)
     : dataset_(std::move(dataset)), batch_(batch), threads_(std::max<int64_t>(1, threads)), seed_(seed),
       shuffle_(shuffle), rank_(rank), world_(world) {
-  if (batch <= 0) throw std::runtime_error("batch size must be positive, got " + std::to_string(batch));
-  const int64_t per_rank = (dataset_->size() + world - 1) / world;
-  batches_per_epoch_ = per_rank / batch;
-  if (batches_per_epoch_ == 0)
-    throw std::runtime_error("data set of " + std::to_string(dataset_->size()) + " samples is smaller than one batch of " +
-                             std::to_string(batch) + " per rank");
+  batches_per_epoch_ = batches_per_rank(dataset_->size(), batch, world);
   start_workers();
+}
+
+int64_t DataLoader::batches_per_rank(int64_t size, int64_t batch, int64_t world) {
+  if (batch <= 0) throw std::runtime_error("batch size must be positive, got " + std::to_string(batch));
+  const int64_t per_rank = (size + world - 1) / world;
+  if (per_rank / batch == 0)
+    throw std::runtime_error("data set of " + std::to_string(size) + " samples is smaller than one batch of " + std::to_string(batch) + " per rank");
+  return per_rank / batch;
 }
 
 DataLoader::~DataLoader() { stop_workers(); }

@@ -37,6 +37,9 @@ class DataLoader {
              bool shuffle = true, int64_t rank = 0, int64_t world = 1);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
+  // Batches an epoch of `size` samples gives each of `world` ranks; throws when not one (a batch
+  // that must be positive, a data set smaller than one batch a rank), as the constructor does.
+  static int64_t batches_per_rank(int64_t size, int64_t batch, int64_t world);
   DataLoader& operator=(const DataLoader&) = delete;
 
   // Next batch; batches go in order (epoch, 0), (epoch, 1), ..., then the next epoch.

@@ -52,9 +52,11 @@ void fsync_parent_dir(const std::string& path) {
 }
 
 void check_parent_dir(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  if (path.empty()) throw std::runtime_error(option + ": the path is empty");
+  if (std::filesystem::is_directory(path, ec)) throw std::runtime_error(option + " '" + path + "' is a folder, not a file");
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) return;  // the working directory
-  std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw std::runtime_error(option + " '" + path + "': the folder '" + dir + "' " +
                              (std::filesystem::exists(dir, ec) ? "is not a folder" : "does not exist"));

@@ -27,8 +27,8 @@ void fsync_path(const std::string& path);
 // fsync of the directory holding `path`, so that a rename or a new name in it survives a crash.
 void fsync_parent_dir(const std::string& path);
 
-// Throws "<option> '<path>': the folder '<dir>' does not exist" (or is not a folder) before a
-// long computation whose result would go to `path`.
+// Throws "<option> '<path>': the folder '<dir>' does not exist" (or is not a folder), and for an
+// empty path or one that is itself a folder, before a long computation whose result would go to `path`.
 void check_parent_dir(const std::string& path, const std::string& option);
 
 // Creates a directory and its parents; throws naming the path on failure.

@@ -194,6 +194,13 @@ void validate(const TrainConfig& c) {
   if (c.workers <= 0) bad("--workers must be positive, got " + std::to_string(c.workers));
   if (!(c.bucket_mb > 0 && c.bucket_mb <= 4096)) bad("--bucket-mb must be in (0, 4096], got " + std::to_string(c.bucket_mb));
   if (c.sample_steps <= 0) bad("--sample-steps must be positive, got " + std::to_string(c.sample_steps));
+  // a flow model's preview samples take an ODE grid of sample_steps / 2 + 1 points (train/trainer.cpp)
+  if (c.objective == "flow" && c.sample_steps < 2) bad("--sample-steps must be at least 2 for a flow-matching model, got " + std::to_string(c.sample_steps));
+  if (c.sample_every < 0) bad("--sample-every must be >= 0 (0: no preview samples), got " + std::to_string(c.sample_every));
+  if (c.max_nonfinite < 0) bad("--max-nonfinite must be >= 0, got " + std::to_string(c.max_nonfinite));
+  // -1 (the defaults) leave the model's own values
+  if (!(c.alpha > 0) && c.alpha != -1) bad("--alpha must be positive, got " + std::to_string(c.alpha));
+  if (c.lepe < -1) bad("--lepe must be 0 (off) or a kernel size, got " + std::to_string(c.lepe));
   if (c.sample_cfg < 1) bad("--sample-cfg must be >= 1, got " + std::to_string(c.sample_cfg));
 }
 

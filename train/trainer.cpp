@@ -97,6 +97,7 @@ TrainResult run_training(const TrainConfig& cfg_in, const std::string& out_dir, 
   // before the run directory records this configuration (config.json would bind every later resume)
   check_run_directory(out_dir, cfg, main_rank);
   const ModelSetup setup = setup_model(cfg, device);
+  data::DataLoader::batches_per_rank(setup.dataset->size(), local_batch, world);  // a data set smaller than a batch, too
   open_run_directory(out_dir, cfg, main_rank);
   const models::ModelConfig& mc = setup.model;
   diffusion::ObjectiveSettings objective;  // recorded in every checkpoint
