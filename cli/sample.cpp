@@ -188,6 +188,7 @@ int run_sample(int argc, char** argv) {
     z = in.count("noise") ? in["noise"] : in.count("arr_0") ? in["arr_0"] : at::Tensor();
     if (!z.defined() || z.dim() != 4 || z.size(1) != C || z.size(2) != L || z.size(3) != L)
       throw std::runtime_error(f + ": needs 'noise' of shape (N, " + std::to_string(C) + ", " + std::to_string(L) + ", " + std::to_string(L) + ")");
+    if (z.size(0) == 0) throw std::runtime_error(f + ": 'noise' has no rows");
     z = z.to(at::kFloat);
     y = in.count("labels") ? in["labels"].to(at::kLong) : at::Tensor();
     if (y.defined()) check_labels(y, mc.num_classes, mc.class_dropout > 0, f + ": 'labels'");

@@ -2,6 +2,7 @@
 // same command resumes. Multi-process: launch under torchrun (or any launcher setting RANK,
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include <cxxopts.hpp>
@@ -38,6 +39,9 @@ int run_train(int argc, char** argv) {
   c = train::resolved(c);
   std::string out = a.count("resume") ? a["resume"].as<std::string>() : a.count("out") ? a["out"].as<std::string>() : "";
   if (out.empty()) throw std::runtime_error("nala train: --out RUN_DIR is required");
+  // --resume names a run that exists (a mistyped folder would start a new run from step 0)
+  if (a.count("resume") && !std::filesystem::exists(out + "/config.json"))
+    throw std::runtime_error("--resume '" + out + "' holds no run (no config.json there); --out starts a new one");
   if (a.count("dry-run")) {
     std::cout << train::train_config_to_json(c) << "\n";
     return 0;

@@ -212,6 +212,7 @@ FmnistMetrics evaluate_fmnist(FmnistClassifier& net, const std::string& sample_n
   if (s.size() != 4 || s[1] != s[2] || s[1] % 32 != 0 || r.dtype() != at::kByte)
     throw std::runtime_error(sample_npz + ": FD-FMNIST needs uint8 samples (N, S, S, C) with S = 32 or a multiple of 32, got " +
                              c10::str(at::IntArrayRef(s)));
+  if (s[0] < 1) throw std::runtime_error(sample_npz + ": arr_0 holds no images");
   const int64_t S = s[1], up = S / 32;
   auto feats = [&](const at::Tensor& x) {  // x: (N, 1, 32, 32) in [-1, 1]
     std::vector<at::Tensor> f, l;

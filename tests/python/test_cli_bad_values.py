@@ -3,10 +3,13 @@ and the value, before any long computation, and never in a crash (a signal), a L
 message or a silent fallback: the cases a review of the command line found (zero timed repetitions
 in the benchmarks, labels past the model's classes, --classes that are not whole numbers, an empty
 or folder --out, an --npz or --json in a missing folder, training settings out of range, a data set
-smaller than one batch leaving no config.json behind, unknown --take and --device values)."""
+smaller than one batch leaving no config.json behind, unknown --take and --device values, a --resume
+of a folder with no run, an --init-noise of no rows, an FD-FMNIST sample of no images)."""
 import os
 
 import numpy as np
+import torch
+from safetensors.torch import save_file
 
 from conftest import run
 
@@ -44,6 +47,9 @@ def test_bad_values(tmp):
     np.savez(tmp / "fw.npz", x=rng.standard_normal((2, 1, 32, 32)).astype(np.float32), t=np.array([0.3, 0.6], np.float32), y=np.array([1, 200]))
     fails("forward", "--ckpt", ckpt, "--device", "cpu", "--input", tmp / "fw.npz", "--output", tmp / "fo.npz", says=["fw.npz", "'y'", "label 200"])
     assert not (tmp / "fo.npz").exists()
+    np.savez(tmp / "noise0.npz", noise=np.zeros((0, 1, 32, 32), np.float32))
+    fails("sample", "--ckpt", ckpt, "--device", "cpu", "--steps", "2", "--init-noise", tmp / "noise0.npz", "--out", tmp / "g.png",
+          says=["noise0.npz", "no rows"])
     for bad in ["a,b", "1.5", "99999999999999999999", "-3"]:
         fails("sample", "--ckpt", ckpt, "--device", "cpu", "--steps", "2", "--classes", bad, "--out", tmp / "g.png", says=["--classes"])
     assert not (tmp / "g.png").exists()
@@ -60,6 +66,15 @@ def test_bad_values(tmp):
     fails("eval", "--train-fmnist-classifier", "--epochs", "0", "--out", tmp / "c.safetensors", says=["--epochs", "got 0"])
     fails("eval", "--fmnist", "--classifier", tmp / "c.safetensors", "--sample", tmp / "s.npz", "--batch-size", "0",
           says=["--batch-size", "got 0"])
+    torch.manual_seed(0)  # a classifier of random weights in the layout nala's FD-FMNIST reads (as test_metrics.py)
+    net = torch.nn.ModuleDict({"conv1": torch.nn.Conv2d(1, 16, 3, padding=1), "conv2": torch.nn.Conv2d(16, 32, 3, padding=1),
+                               "conv3": torch.nn.Conv2d(32, 64, 3, padding=1), "conv4": torch.nn.Conv2d(64, 64, 3, padding=1),
+                               "fc1": torch.nn.Linear(1024, 256), "fc2": torch.nn.Linear(256, 10)})
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, tmp / "cls.safetensors",
+              metadata={"recipe": "random weights (test)", "test_accuracy": "0"})
+    np.savez(tmp / "empty.npz", arr_0=np.zeros((0, 32, 32, 3), np.uint8), arr_1=np.zeros(0, np.int64))
+    fails("eval", "--fmnist", "--sample", tmp / "empty.npz", "--classifier", tmp / "cls.safetensors", "--device", "cpu",
+          says=["empty.npz", "holds no images"])
     fails("extract-latents", "--data", tmp / "imgs", "--vae", tmp / "v.safetensors", "--out", tmp / "lat", "--image-size", "0",
           says=["--image-size", "got 0"])
     fails("convert", "--in", ckpt / "checkpoints" / "0000001" / "ema.safetensors", "--out", tmp / "c.safetensors", "--take", "foo",
@@ -76,3 +91,5 @@ def test_bad_values(tmp):
     fails("train", *ENV_TINY[:2], "--batch", "999999", *ENV_TINY[4:], "--steps", "1", "--out", tmp / "big", says=["smaller than one batch"])
     assert not (tmp / "big" / "config.json").exists()
     run("nala", "train", *ENV_TINY, "--steps", "1", "--out", tmp / "big")  # the corrected command runs there
+    fails("train", *ENV_TINY, "--steps", "1", "--resume", tmp / "typo", says=["--resume", "holds no run"])
+    assert not (tmp / "typo").exists()
