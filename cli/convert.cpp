@@ -19,6 +19,7 @@ int run_convert(int argc, char** argv) {
   auto a = o.parse(argc, argv);
   if (a.count("help") || !a.count("in") || !a.count("out")) {
     std::cout << o.help() << "\n";
+    if (!a.count("help")) std::cerr << "error: nala convert needs --in and --out\n";
     return a.count("help") ? 0 : 2;
   }
   const std::string take = a["take"].as<std::string>();

@@ -39,6 +39,7 @@ int run_extract_latents(int argc, char** argv) {
   auto a = o.parse(argc, argv);
   if (a.count("help") || !a.count("data") || !a.count("vae") || !a.count("out")) {
     std::cout << o.help() << "\n";
+    if (!a.count("help")) std::cerr << "error: nala extract-latents needs --data, --vae and --out\n";
     return a.count("help") ? 0 : 2;
   }
   const std::string flip = a["flip"].as<std::string>(), latent = a["latent"].as<std::string>(), out = a["out"].as<std::string>();

@@ -28,6 +28,7 @@ int run_forward(int argc, char** argv) {
   auto a = o.parse(argc, argv);
   if (a.count("help") || !a.count("ckpt") || !a.count("input") || !a.count("output")) {
     std::cout << o.help() << "\n";
+    if (!a.count("help")) std::cerr << "error: nala forward needs --ckpt, --input and --output\n";
     return a.count("help") ? 0 : 2;
   }
   const c10::Device dev = pick_device(a["device"].as<std::string>());

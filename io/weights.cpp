@@ -3,6 +3,7 @@
 // every missing, unexpected and mis-shaped key. Nothing here knows a model architecture.
 #include "io/weights.h"
 
+#include <iostream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -48,8 +49,10 @@ NamedTensors load_weights(const std::string& path, const std::string& prefer) {
   auto d = v.toGenericDict();
   for (const std::string& key : {prefer, std::string("ema"), std::string("model")})
     for (const auto& kv : d)
-      if (kv.key().isString() && kv.key().toStringRef() == key && kv.value().isGenericDict())
+      if (kv.key().isString() && kv.key().toStringRef() == key && kv.value().isGenericDict()) {
+        if (key != prefer) std::cerr << "note: " << path << " has no '" << prefer << "' weights; using its '" << key << "' weights\n";
         return dict_to_tensors(kv.value().toGenericDict(), path);
+      }
   return dict_to_tensors(d, path);
 }
 

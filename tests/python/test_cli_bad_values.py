@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from conftest import run
 
@@ -80,6 +80,14 @@ def test_bad_values(tmp):
     fails("convert", "--in", ckpt / "checkpoints" / "0000001" / "ema.safetensors", "--out", tmp / "c.safetensors", "--take", "foo",
           says=["--take", "'foo'"])
     fails("sample", "--ckpt", ckpt, "--device", "gpu", says=["--device 'gpu'"])
+    # a required flag missing: said, not only the help text
+    fails("forward", "--ckpt", ckpt, says=["needs --ckpt, --input and --output"])
+    fails("convert", "--in", tmp / "c.safetensors", says=["needs --in and --out"])
+    fails("extract-latents", "--data", tmp / "imgs", says=["needs --data, --vae and --out"])
+    # --weights ema on a training checkpoint that holds only 'model': said, not silent
+    torch.save({"model": load_file(ckpt / "checkpoints" / "0000001" / "ema.safetensors")}, tmp / "only_model.pt")
+    p = run("nala", "convert", "--in", tmp / "only_model.pt", "--out", tmp / "om.safetensors")
+    assert "has no 'ema' weights; using its 'model' weights" in p.stderr, p.stderr
 
     # training settings out of range: refused before the run folder is made
     for flags, says in [(["--model", "NaLaSiT-T/4", "--sample-steps", "1", "--sample-every", "1"], "--sample-steps must be at least 2"),
