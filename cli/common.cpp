@@ -12,6 +12,15 @@
 #endif
 
 namespace nala::cli {
+namespace {
+
+// s as a whole number (digits only, at most 9: no sign, no spaces), or −1
+int64_t whole_number(const std::string& s) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(s);
+}
+
+}  // namespace
 
 c10::Device pick_device(const std::string& flag) {
   if (flag == "auto") {
@@ -45,10 +54,10 @@ c10::ScalarType parse_dtype(const std::string& flag) {
 int64_t parse_cfg_channels(const std::string& flag, int64_t in_channels) {
   if (flag == "auto") return in_channels == 4 ? 3 : -1;
   if (flag == "all") return -1;
-  if (flag.empty() || flag.size() > 9 || flag.find_first_not_of("0123456789") != std::string::npos || std::stoll(flag) < 1 ||
-      std::stoll(flag) > in_channels)
+  const int64_t n = whole_number(flag);
+  if (n < 1 || n > in_channels)
     throw std::runtime_error("--cfg-channels must be auto, all or a count from 1 to " + std::to_string(in_channels) + ", got '" + flag + "'");
-  return std::stoll(flag);
+  return n;
 }
 
 void check_labels(const at::Tensor& y, int64_t num_classes, bool null_class, const std::string& what) {
@@ -70,9 +79,9 @@ std::vector<int64_t> parse_classes(const std::string& s) {
     const size_t end = std::min(s.find(',', start), s.size());
     const std::string t = s.substr(start, end - start);
     if (!t.empty()) {
-      const bool digits = t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) throw std::runtime_error("--classes: '" + t + "' is not a class label (a whole number from 0)");
-      v.push_back(std::stoll(t));
+      const int64_t c = whole_number(t);
+      if (c < 0) throw std::runtime_error("--classes: '" + t + "' is not a class label (a whole number from 0)");
+      v.push_back(c);
     }
     start = end + 1;
   }
