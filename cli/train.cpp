@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "data/datasets.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
 
@@ -36,6 +37,10 @@ int run_train(int argc, char** argv) {
   train::TrainConfig c = train::train_preset(a["preset"].as<std::string>());
   for (const auto& f : train::train_config_fields())
     if (f.flag[0] && a.count(f.flag)) train::set_config_field(c, f, a[f.flag].as<std::string>());
+  // a latent folder knows its image size: taken where neither the flag nor the preset gave one
+  // (the default would be recorded in config.json, wrong; setup_model refuses a size that differs)
+  if (!a.count("image-size") && c.image_size == train::TrainConfig{}.image_size)
+    if (const auto px = data::latent_folder_image_size(c.data)) c.image_size = *px;
   c = train::resolved(c);
   std::string out = a.count("resume") ? a["resume"].as<std::string>() : a.count("out") ? a["out"].as<std::string>() : "";
   if (out.empty()) throw std::runtime_error("nala train: --out RUN_DIR is required");

@@ -155,7 +155,9 @@ std::string ImageFolder::describe() const {
 }
 
 // ---- latent shards -------------------------------------------------------------------------
-LatentShards::LatentShards(const std::string& dir) : dir_(dir) {
+namespace {
+// A latent folder's shards (latents_*.safetensors), sorted; none when dir is no folder.
+std::vector<std::string> latent_shard_files(const std::string& dir) {
   std::vector<std::string> shards;
   if (fs::is_directory(dir))
     for (const auto& e : fs::directory_iterator(dir)) {
@@ -163,25 +165,54 @@ LatentShards::LatentShards(const std::string& dir) : dir_(dir) {
       if (n.rfind("latents_", 0) == 0 && e.path().extension() == ".safetensors") shards.push_back(e.path().string());
     }
   std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+// The pixel size a shard's (N, C, h, w) latents encode: its "image_size" metadata (extract-latents
+// writes it), else 8·h (the Stable Diffusion VAE downsamples by 8).
+int64_t shard_image_size(const std::string& shard, const std::map<std::string, std::string>& meta, int64_t h) {
+  const auto it = meta.find("image_size");
+  if (it == meta.end()) return 8 * h;
+  const std::string& v = it->second;
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos || std::stoll(v) <= 0)
+    throw std::runtime_error(shard + ": metadata image_size must be a positive whole number, got '" + v + "'");
+  return std::stoll(v);
+}
+}  // namespace
+
+LatentShards::LatentShards(const std::string& dir) : dir_(dir) {
+  const std::vector<std::string> shards = latent_shard_files(dir);
   if (shards.empty()) throw std::runtime_error("latent folder '" + dir + "' holds no latents_*.safetensors shards");
   std::vector<at::Tensor> xs, ys;
+  std::map<std::string, std::string> meta;  // the first shard's
   for (const auto& s : shards) {
     at::Tensor x, y;
-    for (auto& [name, t] : io::load_safetensors(s)) {
+    for (auto& [name, t] : io::load_safetensors(s, xs.empty() ? &meta : nullptr)) {
       if (name == "latents") x = t;
       if (name == "labels") y = t;
     }
     if (!x.defined() || !y.defined() || x.dim() != 4 || y.dim() != 1 || x.size(0) != y.size(0))
       throw std::runtime_error(s + ": a latent shard needs 'latents' (N, C, h, w) and 'labels' (N,)");
+    if (!xs.empty() && x.sizes().slice(1) != xs.front().sizes().slice(1))
+      throw std::runtime_error(s + ": latents of " + c10::str(x.sizes().slice(1)) + ", but " + shards.front() + " holds " +
+                               c10::str(xs.front().sizes().slice(1)) + ": a latent folder holds one size");
     xs.push_back(x);
     ys.push_back(y.to(at::kLong));
   }
   latents_ = at::cat(xs);
   labels_ = at::cat(ys);
   num_classes_ = labels_.max().item<int64_t>() + 1;
-  std::map<std::string, std::string> meta;
-  io::load_safetensors(shards.front(), &meta);
   if (meta.count("num_classes")) num_classes_ = std::max<int64_t>(num_classes_, std::stoll(meta["num_classes"]));
+  image_size_ = shard_image_size(shards.front(), meta, latents_.size(2));
+}
+
+std::optional<int64_t> latent_folder_image_size(const std::string& spec) {
+  const std::vector<std::string> shards = latent_shard_files(spec);
+  if (shards.empty()) return std::nullopt;
+  std::map<std::string, std::string> meta;
+  for (const auto& info : io::read_safetensors_header(shards.front(), &meta))
+    if (info.name == "latents" && info.shape.size() == 4) return shard_image_size(shards.front(), meta, info.shape[2]);
+  throw std::runtime_error(shards.front() + ": a latent shard needs 'latents' (N, C, h, w) and 'labels' (N,)");
 }
 
 Example LatentShards::get(int64_t index) const { return {latents_[index].to(at::kFloat), labels_[index].item<int64_t>()}; }

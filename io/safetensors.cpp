@@ -136,10 +136,12 @@ std::string safetensors_dtype_name(at::ScalarType t) {
   throw std::runtime_error(std::string("safetensors: unsupported dtype ") + c10::toString(t));
 }
 
-std::vector<SafetensorsInfo> read_safetensors_header(const std::string& path) {
+std::vector<SafetensorsInfo> read_safetensors_header(const std::string& path, std::map<std::string, std::string>* metadata) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open '" + path + "'");
-  return parse_header(path, in).infos;
+  Header h = parse_header(path, in);
+  if (metadata) *metadata = h.metadata;
+  return h.infos;
 }
 
 NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {

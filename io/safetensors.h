@@ -28,8 +28,9 @@ struct SafetensorsInfo {
 NamedTensors load_safetensors(const std::string& path,
                               std::map<std::string, std::string>* metadata = nullptr);
 
-// Reads and validates only the header.
-std::vector<SafetensorsInfo> read_safetensors_header(const std::string& path);
+// Reads and validates only the header; `metadata` receives "__metadata__" if given.
+std::vector<SafetensorsInfo> read_safetensors_header(const std::string& path,
+                                                     std::map<std::string, std::string>* metadata = nullptr);
 
 // Writes atomically (temporary file, then rename). Tensors are made contiguous on the CPU;
 // names must be unique. Supported dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL.

@@ -81,3 +81,32 @@ def test_train_on_an_image_folder_with_online_vae(tmp):
     assert p.stderr.count("broken.jpg") <= 1
     model = json.loads((tmp / "run" / "model.json").read_text())
     assert model["in_channels"] == 4 and model["input_size"] == 8  # the test VAE downsamples by 4: 32 px -> 8x8 latents
+
+
+def write_shard(path, n, h, meta):
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(0)
+    save_file({"latents": torch.randn(n, 4, h, h, generator=g), "labels": torch.arange(n) % 2}, str(path), metadata=meta)
+
+
+def test_a_latent_folder_sets_the_image_size(tmp):
+    """A latent folder fixes the image size: taken from its shards where no flag gives one (config.json
+    recorded the default 32 for 64-px latents), and a flag that disagrees is refused with both values."""
+    (tmp / "lat").mkdir()
+    write_shard(tmp / "lat" / "latents_00000.safetensors", 8, 8, {"image_size": "64", "num_classes": "2"})
+    base = ["nala", "train", "--preset", "fashion-mnist-tiny", "--model", "DiT-T/4", "--data", tmp / "lat", "--steps", "1", "--batch", "4",
+            "--device", "cpu", "--sample-every", "0", "--workers", "1"]
+    run(*base, "--out", tmp / "run")
+    assert json.loads((tmp / "run" / "config.json").read_text())["image_size"] == 64
+    assert json.loads((tmp / "run" / "model.json").read_text())["input_size"] == 8
+    p = run(*base, "--out", tmp / "run2", "--image-size", "32", check=False)
+    assert p.returncode != 0 and "64-px" in p.stderr and "--image-size is 32" in p.stderr and "lat" in p.stderr, p.stderr
+    assert not (tmp / "run2" / "config.json").exists()
+    # no metadata: 8·h (the Stable Diffusion VAE); a second shard of another size is named
+    (tmp / "lat2").mkdir()
+    write_shard(tmp / "lat2" / "latents_00000.safetensors", 8, 8, {})
+    run(*base[:7], tmp / "lat2", *base[8:], "--out", tmp / "run3")
+    assert json.loads((tmp / "run3" / "config.json").read_text())["image_size"] == 64
+    write_shard(tmp / "lat2" / "latents_00001.safetensors", 8, 4, {})
+    p = run(*base[:7], tmp / "lat2", *base[8:], "--out", tmp / "run4", check=False)
+    assert p.returncode != 0 and "latents_00001.safetensors" in p.stderr and "one size" in p.stderr, p.stderr
