@@ -38,6 +38,10 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
   const auto& mc = model.config();
   const int64_t n = o.num_samples, bs = o.batch_size, C = mc.in_channels, L = mc.input_size;
   const std::string parts = npz + ".parts";
+  // a finished batch is the user's data: re-running (the same command, or other settings) would
+  // sample it again and replace it
+  if (io::file_exists(npz))
+    throw std::runtime_error("'" + npz + "' exists (a finished sample batch): it is not sampled again or replaced; remove it or name another --npz");
   io::OutputLock lock(parts, "sample batch " + npz);  // one writer: a second `nala sample --npz` on it is refused
   bool resuming = false;
   for (const auto& e : std::filesystem::directory_iterator(parts))

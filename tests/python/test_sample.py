@@ -39,6 +39,12 @@ def test_fid_batch_and_resume(tmp, ckpt):
         assert z["arr_0"].dtype == np.uint8 and z["arr_0"].shape == (10, 32, 32, 3)
         assert z["arr_1"].dtype == np.int64 and z["arr_1"].shape == (10,) and z["arr_1"].max() < 10
         full = z["arr_0"].copy(), z["arr_1"].copy()
+    # a finished batch is neither sampled again nor replaced, with the same or other settings
+    before = (tmp / "full.npz").read_bytes()
+    for extra in ([], ["--seed", "7"]):
+        p = run("nala", *args, *extra, "--npz", tmp / "full.npz", check=False)
+        assert p.returncode != 0 and "full.npz' exists" in p.stderr and "not sampled again" in p.stderr, p.stderr
+    assert (tmp / "full.npz").read_bytes() == before and not (tmp / "full.npz.parts").exists()
     # finished parts without a manifest (an older nala, or files put there by hand): their settings
     # are unknown, so the resume is refused (an interrupted run resumes: tests/python/test_sigkill.py)
     parts = tmp / "resumed.npz.parts"
