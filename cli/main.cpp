@@ -6,6 +6,7 @@
 #include <string>
 
 #include <c10/util/Exception.h>
+#include <cxxopts.hpp>
 
 #include "cli/commands.h"
 
@@ -33,6 +34,22 @@ void usage(std::ostream& os) {
   os << "\n  --version         print the version, the LibTorch version and the CUDA device\n";
 }
 
+// The flag a value that failed to parse was given to (cxxopts' message names the value alone):
+// "--flag value" or "--flag=value" in argv; empty when the value is not found.
+std::string flag_of_value(const std::string& message, int argc, char** argv) {
+  const std::string lq = cxxopts::LQUOTE, rq = cxxopts::RQUOTE;
+  const size_t a = message.find(lq), b = message.rfind(rq);
+  if (a == std::string::npos || b == std::string::npos || b < a + lq.size()) return "";
+  const std::string value = message.substr(a + lq.size(), b - a - lq.size());
+  for (int i = 2; i < argc; ++i) {
+    const std::string t = argv[i];
+    if (t == value && t.rfind("-", 0) != 0 && std::string(argv[i - 1]).rfind("-", 0) == 0) return argv[i - 1];
+    const size_t eq = t.find('=');
+    if (t.rfind("--", 0) == 0 && eq != std::string::npos && t.substr(eq + 1) == value) return t.substr(0, eq);
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,6 +73,10 @@ int main(int argc, char** argv) {
     argv[1] = prog.data();
     try {
       return c.run(argc - 1, argv + 1);
+    } catch (const cxxopts::exceptions::incorrect_argument_type& e) {  // names the value, not its flag
+      const std::string flag = flag_of_value(e.what(), argc, argv);
+      std::cerr << "error: " << (flag.empty() ? "" : flag + ": ") << e.what() << " (not a value of the flag's type: nala " << c.name
+                << " --help lists them)\n";
     } catch (const c10::Error& e) {
       std::cerr << "error: " << e.what_without_backtrace() << "\n";
     } catch (const std::exception& e) {

@@ -101,3 +101,11 @@ def test_bad_values(tmp):
     run("nala", "train", *ENV_TINY, "--steps", "1", "--out", tmp / "big")  # the corrected command runs there
     fails("train", *ENV_TINY, "--steps", "1", "--resume", tmp / "typo", says=["--resume", "holds no run"])
     assert not (tmp / "typo").exists()
+
+
+def test_a_value_of_the_wrong_type_names_its_flag():
+    """cxxopts' own message names the value alone ("Argument 'abc' failed to parse"): nala adds the flag,
+    given as "--flag value" or "--flag=value"."""
+    fails("sample", "--steps", "abc", says=["--steps: ", "abc"])
+    fails("sample", "--ckpt", "x", "--seed=-x", says=["--seed: ", "-x"])
+    fails("bench", "attention", "--reps", "many", says=["--reps: ", "many"])
