@@ -19,6 +19,7 @@
 #endif
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "cli/parse.h"
 
 namespace nala::bench {
 namespace {
@@ -57,7 +58,7 @@ int bench_attention(int argc, char** argv) {
                                                             cxxopts::value<std::string>()->default_value("nala"))(
       "reps", "timed repeats", cxxopts::value<int>()->default_value("20"))("no-reference", "skip the ATen reference path")(
       "h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
   if (a.count("help")) {
     std::cout << o.help() << "\n";

@@ -10,6 +10,7 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "cli/parse.h"
 #include "models/vae.h"
 #include "metrics/inception.h"
 
@@ -21,7 +22,7 @@ int bench_eval(int argc, char** argv) {
       "vae-batch", "VAE batch", cxxopts::value<int64_t>()->default_value("32"))("image-size", "VAE image size", cxxopts::value<int64_t>()->default_value("256"))(
       "reps", "timed repeats", cxxopts::value<int>()->default_value("10"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;

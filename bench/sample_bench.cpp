@@ -14,6 +14,7 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "cli/parse.h"
 #include "ops/linear_fp8.h"
 #include "models/dit.h"
 #include "diffusion/gaussian_diffusion.h"
@@ -32,7 +33,7 @@ int bench_sample(int argc, char** argv) {
       cxxopts::value<std::string>()->default_value("bf16,fp32"))(
       "cuda-graphs", "off, on or both: the network call as a CUDA graph", cxxopts::value<std::string>()->default_value("off"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
   if (a.count("help")) {
     std::cout << o.help() << "\n";

@@ -14,6 +14,7 @@
 #include "attention/gated_tail.h"
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "cli/parse.h"
 #include "train/autocast_scope.h"
 
 namespace nala::bench {
@@ -45,7 +46,7 @@ int bench_tail(int argc, char** argv) {
       "head-dim", "d", cxxopts::value<int64_t>()->default_value("64"))("lepe", "LePE kernel size (0: none)", cxxopts::value<int64_t>()->default_value("5"))(
       "shapes", "BxG list: batch x token-grid side", cxxopts::value<std::string>())("reps", "timed repeats", cxxopts::value<int>()->default_value("20"))(
       "h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;

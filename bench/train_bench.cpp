@@ -15,6 +15,7 @@
 
 #include "bench/benchmarks.h"
 #include "bench/timing.h"
+#include "cli/parse.h"
 #include "train/autocast_scope.h"
 #include "train/adamw.h"
 #include "models/cuda_graph.h"
@@ -33,7 +34,7 @@ int bench_train(int argc, char** argv) {
       "precision", "bf16 or fp32", cxxopts::value<std::string>()->default_value("bf16"))(
       "cuda-graphs", "off, on or both (a row each): replay the step as a CUDA graph", cxxopts::value<std::string>()->default_value("off"))(
       "device", "cuda or cpu", cxxopts::value<std::string>()->default_value(torch::cuda::is_available() ? "cuda" : "cpu"))("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   int failed_rows = 0;  // a failed row is printed as such and makes the command exit 1
   if (a.count("help")) {
     std::cout << o.help() << "\n";

@@ -5,6 +5,7 @@
 #include <cxxopts.hpp>
 
 #include "cli/commands.h"
+#include "cli/parse.h"
 #include "models/checkpoint.h"
 
 namespace nala::cli {
@@ -16,7 +17,7 @@ int run_convert(int argc, char** argv) {
                                                                    cxxopts::value<std::string>()->default_value("ema"))("h,help", "help");
   o.parse_positional({"in", "out"});
   o.positional_help("IN.pt OUT.safetensors");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help") || !a.count("in") || !a.count("out")) {
     std::cout << o.help() << "\n";
     if (!a.count("help")) std::cerr << "error: nala convert needs --in and --out\n";

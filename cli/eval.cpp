@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parse.h"
 #include "data/datasets.h"
 #include "io/atomic_file.h"
 #include "metrics/evaluator.h"
@@ -36,7 +37,7 @@ int run_eval(int argc, char** argv) {
       "allow-few-samples", "compute distances even with fewer images than feature dimensions")(
       "allow-size-mismatch", "compare batches of different image sizes")(
       "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;

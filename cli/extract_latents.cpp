@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parse.h"
 #include "data/datasets.h"
 #include "models/vae.h"
 #include "diffusion/seed.h"
@@ -36,7 +37,7 @@ int run_extract_latents(int argc, char** argv) {
       "batch-size", "images per VAE batch", cxxopts::value<int64_t>()->default_value("64"))(
       "seed", "seed of the posterior samples", cxxopts::value<uint64_t>()->default_value("0"))(
       "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help") || !a.count("data") || !a.count("vae") || !a.count("out")) {
     std::cout << o.help() << "\n";
     if (!a.count("help")) std::cerr << "error: nala extract-latents needs --data, --vae and --out\n";

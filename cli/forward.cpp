@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parse.h"
 #include "models/checkpoint.h"
 #include "models/dit.h"
 #include "io/npz.h"
@@ -23,9 +24,10 @@ int run_forward(int argc, char** argv) {
       "cfg-scale", "guidance scale: read the batch as forward_with_cfg does", cxxopts::value<double>())(
       "cfg-channels", "auto (3, the official guidance, for 4-channel latents; else all), all, or a count",
       cxxopts::value<std::string>()->default_value("auto"))(
-      "image-size", "latent input size override (checked against the checkpoint)", cxxopts::value<int64_t>()->default_value("-1"))(
+      "input-size", "the model's input grid (latents: the image size / 8), checked against the checkpoint",
+      cxxopts::value<int64_t>()->default_value("-1"))(
       "h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help") || !a.count("ckpt") || !a.count("input") || !a.count("output")) {
     std::cout << o.help() << "\n";
     if (!a.count("help")) std::cerr << "error: nala forward needs --ckpt, --input and --output\n";
@@ -34,7 +36,7 @@ int run_forward(int argc, char** argv) {
   const c10::Device dev = pick_device(a["device"].as<std::string>());
   const auto dt = parse_dtype(a["dtype"].as<std::string>());
   models::ModelOverrides ov;
-  ov.input_size = a["image-size"].as<int64_t>();
+  ov.input_size = a["input-size"].as<int64_t>();
   auto model = models::load_model(a["model"].as<std::string>(), a["ckpt"].as<std::string>(), ov);
   model->to(dev, dt);
   std::map<std::string, at::Tensor> in;

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parse.h"
 #include "ops/linear_fp8.h"
 #include "models/checkpoint.h"
 #include "models/dit.h"
@@ -67,7 +68,7 @@ int run_sample(int argc, char** argv) {
       "device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))(
       "cuda-graphs", "true: replay the network call as a CUDA graph (one CUDA device; the same samples as false)",
       cxxopts::value<std::string>()->default_value("false"))("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help") || !a.count("ckpt")) {
     std::cout << o.help() << "\nSamplers (--sampler):\n" << samplers::sampler_help() << "\n";
     if (!a.count("help")) std::cerr << "error: nala sample needs --ckpt (a .safetensors file, an official .pt, or a nala run's checkpoint folder)\n";

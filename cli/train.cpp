@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parse.h"
 #include "data/datasets.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
@@ -29,7 +30,7 @@ int run_train(int argc, char** argv) {
   o.add_options()("dist-timeout", "seconds a collective may wait for the other ranks before the job fails",
                   cxxopts::value<double>()->default_value("300"))("device", "auto, cpu, cuda", cxxopts::value<std::string>()->default_value("auto"))(
       "dry-run", "print the resolved config and exit")("h,help", "help");
-  auto a = o.parse(argc, argv);
+  auto a = nala::cli::parse_flags(o, argc, argv);
   if (a.count("help")) {
     std::cout << o.help() << "\n";
     return 0;

@@ -47,6 +47,8 @@ def test_bad_values(tmp):
     np.savez(tmp / "fw.npz", x=rng.standard_normal((2, 1, 32, 32)).astype(np.float32), t=np.array([0.3, 0.6], np.float32), y=np.array([1, 200]))
     fails("forward", "--ckpt", ckpt, "--device", "cpu", "--input", tmp / "fw.npz", "--output", tmp / "fo.npz", says=["fw.npz", "'y'", "label 200"])
     assert not (tmp / "fo.npz").exists()
+    fails("forward", "--ckpt", ckpt, "--device", "cpu", "--input", tmp / "fw.npz", "--output", tmp / "fo.npz", "--input-size", "16",
+          says=["--input-size 16", "has 32"])  # (the message named a flag forward did not have)
     np.savez(tmp / "noise0.npz", noise=np.zeros((0, 1, 32, 32), np.float32))
     fails("sample", "--ckpt", ckpt, "--device", "cpu", "--steps", "2", "--init-noise", tmp / "noise0.npz", "--out", tmp / "g.png",
           says=["noise0.npz", "no rows"])
@@ -109,3 +111,12 @@ def test_a_value_of_the_wrong_type_names_its_flag():
     fails("sample", "--steps", "abc", says=["--steps: ", "abc"])
     fails("sample", "--ckpt", "x", "--seed=-x", says=["--seed: ", "-x"])
     fails("bench", "attention", "--reps", "many", says=["--reps: ", "many"])
+
+
+def test_a_word_that_is_no_flag_is_refused():
+    """`nala sample extra --ckpt F` went on without 'extra' (cxxopts keeps it aside): a mistyped or
+    unquoted value was dropped silently. Every sub-command refuses it, naming it (convert takes two
+    positional arguments, IN and OUT: a third is refused)."""
+    for cmd in (["train"], ["sample"], ["eval"], ["extract-latents"], ["forward"], ["bench", "tail"], ["bench", "train"]):
+        fails(*cmd, "stray", "--help", says=["unexpected argument 'stray'", "nala " + " ".join(cmd)])
+    fails("convert", "in.pt", "out.safetensors", "stray", says=["unexpected argument 'stray'"])  # its two positional arguments, then one more
