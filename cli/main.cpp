@@ -43,7 +43,7 @@ std::string flag_of_value(const std::string& message, int argc, char** argv) {
   const std::string value = message.substr(a + lq.size(), b - a - lq.size());
   for (int i = 2; i < argc; ++i) {
     const std::string t = argv[i];
-    if (t == value && t.rfind("-", 0) != 0 && std::string(argv[i - 1]).rfind("-", 0) == 0) return argv[i - 1];
+    if (t == value && std::string(argv[i - 1]).rfind("-", 0) == 0) return argv[i - 1];  // (a value may begin with '-')
     const size_t eq = t.find('=');
     if (t.rfind("--", 0) == 0 && eq != std::string::npos && t.substr(eq + 1) == value) return t.substr(0, eq);
   }
@@ -75,8 +75,7 @@ int main(int argc, char** argv) {
       return c.run(argc - 1, argv + 1);
     } catch (const cxxopts::exceptions::incorrect_argument_type& e) {  // names the value, not its flag
       const std::string flag = flag_of_value(e.what(), argc, argv);
-      std::cerr << "error: " << (flag.empty() ? "" : flag + ": ") << e.what() << " (not a value of the flag's type: nala " << c.name
-                << " --help lists them)\n";
+      std::cerr << "error: " << (flag.empty() ? "" : flag + ": ") << e.what() << " (not a value of the flag's type; --help lists the flags)\n";
     } catch (const c10::Error& e) {
       std::cerr << "error: " << e.what_without_backtrace() << "\n";
     } catch (const std::exception& e) {

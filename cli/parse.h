@@ -12,7 +12,8 @@ namespace nala::cli {
 inline cxxopts::ParseResult parse_flags(cxxopts::Options& o, int argc, char** argv) {
   auto a = o.parse(argc, argv);
   if (!a.unmatched().empty())
-    throw std::runtime_error(o.program() + ": unexpected argument '" + a.unmatched().front() + "' (every option is a --flag; " + o.program() +
+    throw std::runtime_error(o.program() + ": unexpected argument '" + a.unmatched().front() + "' (options are --flags" +
+                             (o.program() == "nala convert" ? std::string(", after IN and OUT") : std::string()) + "; " + o.program() +
                              " --help lists them)");
   return a;
 }

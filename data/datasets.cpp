@@ -168,11 +168,11 @@ std::vector<std::string> latent_shard_files(const std::string& dir) {
   return shards;
 }
 
-// The pixel size a shard's (N, C, h, w) latents encode: its "image_size" metadata (extract-latents
-// writes it), else 8·h (the Stable Diffusion VAE downsamples by 8).
-int64_t shard_image_size(const std::string& shard, const std::map<std::string, std::string>& meta, int64_t h) {
+// The pixel size a shard's latents encode as its "image_size" metadata records it (extract-latents
+// writes it); nullopt without it.
+std::optional<int64_t> shard_image_size(const std::string& shard, const std::map<std::string, std::string>& meta) {
   const auto it = meta.find("image_size");
-  if (it == meta.end()) return 8 * h;
+  if (it == meta.end()) return std::nullopt;
   const std::string& v = it->second;
   if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos || std::stoll(v) <= 0)
     throw std::runtime_error(shard + ": metadata image_size must be a positive whole number, got '" + v + "'");
@@ -203,7 +203,7 @@ LatentShards::LatentShards(const std::string& dir) : dir_(dir) {
   labels_ = at::cat(ys);
   num_classes_ = labels_.max().item<int64_t>() + 1;
   if (meta.count("num_classes")) num_classes_ = std::max<int64_t>(num_classes_, std::stoll(meta["num_classes"]));
-  image_size_ = shard_image_size(shards.front(), meta, latents_.size(2));
+  image_size_ = shard_image_size(shards.front(), meta);
 }
 
 std::optional<int64_t> latent_folder_image_size(const std::string& spec) {
@@ -211,7 +211,7 @@ std::optional<int64_t> latent_folder_image_size(const std::string& spec) {
   if (shards.empty()) return std::nullopt;
   std::map<std::string, std::string> meta;
   for (const auto& info : io::read_safetensors_header(shards.front(), &meta))
-    if (info.name == "latents" && info.shape.size() == 4) return shard_image_size(shards.front(), meta, info.shape[2]);
+    if (info.name == "latents" && info.shape.size() == 4) return shard_image_size(shards.front(), meta).value_or(8 * info.shape[2]);
   throw std::runtime_error(shards.front() + ": a latent shard needs 'latents' (N, C, h, w) and 'labels' (N,)");
 }
 

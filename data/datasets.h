@@ -102,13 +102,13 @@ class LatentShards : public Dataset {
   std::vector<int64_t> sample_shape() const override;
   int64_t num_classes() const override { return num_classes_; }
   std::string describe() const override;
-  // The pixel size of the images the latents encode: the shards' "image_size" metadata
-  // (extract-latents writes it), else 8·h (the Stable Diffusion VAE's downsampling).
-  int64_t image_size() const { return image_size_; }
+  // The pixel size of the images the latents encode as the shards record it ("image_size"
+  // metadata: extract-latents writes it); nullopt where they do not.
+  std::optional<int64_t> recorded_image_size() const { return image_size_; }
 
  private:
   std::string dir_;
-  int64_t image_size_ = 0;
+  std::optional<int64_t> image_size_;
   at::Tensor latents_;  // (N, C, h, w) float32 or bfloat16, all shards concatenated
   at::Tensor labels_;   // (N,) int64
   int64_t num_classes_ = 0;
@@ -116,8 +116,9 @@ class LatentShards : public Dataset {
 
 // Opens a data set from a --data argument: "fashion-mnist" (or a directory holding the idx files),
 // a latent directory (holding latents_*.safetensors), or an image folder.
-// The pixel size a latent folder's latents encode (LatentShards::image_size), read from its first
-// shard's header alone; nullopt when spec is no latent folder.
+// The pixel size a latent folder's latents encode, read from its first shard's header alone: the
+// recorded size (LatentShards::recorded_image_size), else 8·h (the Stable Diffusion VAE's
+// downsampling, a default); nullopt when spec is no latent folder.
 std::optional<int64_t> latent_folder_image_size(const std::string& spec);
 
 std::shared_ptr<Dataset> open_dataset(const std::string& spec, int64_t image_size);

@@ -31,6 +31,11 @@ at::Generator sampler_generator(uint64_t seed, int64_t b) {
   return at::make_generator<at::CPUGeneratorImpl>(diffusion::derive_seed(seed, diffusion::SeedStream::SamplerNoise, uint64_t(b)));
 }
 
+void refuse_finished_npz(const std::string& npz) {
+  if (io::file_exists(npz))
+    throw std::runtime_error("'" + npz + "' exists (a finished sample batch): it is not sampled again or replaced; remove it or name another --npz");
+}
+
 void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const SamplingOptions& so, const FidBatchOptions& o,
                         const std::string& npz, const c10::Device& device) {
   if (o.num_samples <= 0) throw std::runtime_error("--num-samples must be positive, got " + std::to_string(o.num_samples));
@@ -39,10 +44,17 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
   const int64_t n = o.num_samples, bs = o.batch_size, C = mc.in_channels, L = mc.input_size;
   const std::string parts = npz + ".parts";
   // a finished batch is the user's data: re-running (the same command, or other settings) would
-  // sample it again and replace it
-  if (io::file_exists(npz))
-    throw std::runtime_error("'" + npz + "' exists (a finished sample batch): it is not sampled again or replaced; remove it or name another --npz");
+  // sample it again and replace it. Checked again under the lock: a run that held it may have just
+  // finished (its parts folder, the lock's, is then removed again)
+  refuse_finished_npz(npz);
   io::OutputLock lock(parts, "sample batch " + npz);  // one writer: a second `nala sample --npz` on it is refused
+  if (io::file_exists(npz)) {
+    bool only_the_lock = true;
+    for (const auto& e : std::filesystem::directory_iterator(parts)) only_the_lock = only_the_lock && e.path().filename() == ".nala.lock";
+    std::string err;
+    if (only_the_lock) io::remove_tree(parts, &err);
+    refuse_finished_npz(npz);
+  }
   bool resuming = false;
   for (const auto& e : std::filesystem::directory_iterator(parts))
     resuming = resuming || e.path().filename().string().rfind("batch_", 0) == 0;

@@ -37,7 +37,10 @@ struct FidBatchOptions {
   io::Settings manifest;
 };
 
-// so must be resolved against the model (generate.h). Writes `npz` atomically and removes the parts.
+// Throws when `npz` exists: a finished batch is neither sampled again nor replaced.
+void refuse_finished_npz(const std::string& npz);
+
+// so must be resolved against the model (generate.h). Refuses an existing `npz` (refuse_finished_npz). Writes `npz` atomically and removes the parts.
 // OUT.npz.parts/manifest.json records every setting that changes the samples; a resume with another
 // setting is refused, naming it (io/manifest.h). The parts folder is locked (io/output_lock.h).
 void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const SamplingOptions& so, const FidBatchOptions& o,

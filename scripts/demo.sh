@@ -35,7 +35,7 @@ echo "== 2/4 training preset $preset on Fashion-MNIST for up to $minutes minutes
 echo "== 3/4 sampling a grid, one row per class (classifier-free guidance 3 on all channels)"
 "$nala" sample --ckpt "$out" --sampler ode-heun --steps 13 --cfg-scale 3 --device "$device" --out "$out/grid.png"
 echo "== 4/4 FD-FMNIST of $nsamples samples against the 10,000 test images"
-rm -f "$out/samples.npz"  # a re-run's checkpoint is newer: nala sample refuses to replace a finished batch
+rm -rf "$out/samples.npz" "$out/samples.npz.parts"  # a re-run's checkpoint is newer: nala sample refuses to replace a finished batch
 "$nala" sample --ckpt "$out" --sampler ode-heun --steps 13 --cfg-scale 3 --num-samples "$nsamples" --batch-size 500 \
   --npz "$out/samples.npz" --device "$device"
 "$nala" eval --fmnist --sample "$out/samples.npz" --classifier "$classifier" --device "$device" --json "$out/fd_fmnist.json"

@@ -9,13 +9,15 @@ namespace nala::train {
 ModelSetup setup_model(const TrainConfig& cfg, const c10::Device& device) {
   ModelSetup s;
   s.dataset = data::open_dataset(cfg.data, cfg.image_size);
-  // latents fix the image size: a run that records another (config.json, the checkpoints' samples)
-  // would describe a model that does not exist
-  if (const auto* latents = dynamic_cast<const data::LatentShards*>(s.dataset.get()); latents && latents->image_size() != cfg.image_size)
-    throw std::runtime_error("--data '" + cfg.data + "' holds latents of " + std::to_string(latents->image_size()) + "-px images, but --image-size is " +
-                             std::to_string(cfg.image_size) + (cfg.preset.empty() ? "" : " (preset " + cfg.preset + " or the flag)") +
-                             ": pass --image-size " + std::to_string(latents->image_size()) + " or the latents of " +
-                             std::to_string(cfg.image_size) + "-px images");
+  // latents fix the image size: a run that records another (config.json) would describe images the
+  // model does not make (shards without the record: the size given is taken as it is)
+  if (const auto* latents = dynamic_cast<const data::LatentShards*>(s.dataset.get())) {
+    const auto px = latents->recorded_image_size();
+    if (px && *px != cfg.image_size)
+      throw std::runtime_error("--data '" + cfg.data + "' holds latents of " + std::to_string(*px) + "-px images (its shards record it), but the run's " +
+                               "--image-size is " + std::to_string(cfg.image_size) + ": pass --image-size " + std::to_string(*px) +
+                               " or the latents of " + std::to_string(cfg.image_size) + "-px images");
+  }
   // An image folder with --vae is encoded online, every step (DiT train.py's way; extract-latents
   // once is much faster); without a VAE the model works in pixel space.
   auto shape = s.dataset->sample_shape();  // (C, h, w)

@@ -7,7 +7,9 @@
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <utility>
 
+#include "data/datasets.h"
 #include "io/atomic_file.h"
 #include "io/weights.h"
 #include "models/checkpoint.h"
@@ -48,7 +50,17 @@ void check_run_directory(const std::string& out_dir, const TrainConfig& cfg, boo
   if (!writer) return;
   const std::string cfg_path = out_dir + "/config.json";
   if (io::file_exists(cfg_path)) {
-    const TrainConfig saved = train_config_from_json(io::read_file(cfg_path), cfg_path);
+    TrainConfig saved = train_config_from_json(io::read_file(cfg_path), cfg_path);
+    // runs on a latent folder recorded the default image size before nala read it from the latents:
+    // such a run resumes with the latents' size, recorded from now on
+    if (saved.image_size == TrainConfig{}.image_size && cfg.image_size != saved.image_size && saved.data == cfg.data &&
+        data::latent_folder_image_size(cfg.data) == cfg.image_size) {
+      static bool said = false;  // (checked twice: before the data is opened and as the run opens)
+      if (!std::exchange(said, true))
+        std::cerr << "note: " << cfg_path << " recorded image_size " << saved.image_size << " for the latents of " << cfg.data << ", which are "
+                  << cfg.image_size << " px: recorded as " << cfg.image_size << " from now on\n";
+      saved.image_size = cfg.image_size;
+    }
     const auto diff = resume_conflicts(saved, cfg);
     if (!diff.empty()) {
       std::string list;

@@ -27,7 +27,7 @@ for r in $runs; do
      --log-every 100 --device cuda --out "$rd" > "$w/$tag.train.log" 2>&1 || { echo "| $tag | $model | $flags | train failed |" >> "$table"; tail -5 "$w/$tag.train.log"; continue; }
   ck=$rd/checkpoints/$(printf "%07d" "$steps")
   if [[ $model == *SiT* ]]; then smp="--sampler ode-heun --steps 13"; else smp="--sampler dpm++ --steps 25"; fi
-  rm -f "$rd/samples.npz"  # (a re-run: nala sample refuses to replace a finished batch)
+  rm -rf "$rd/samples.npz" "$rd/samples.npz.parts"  # (a re-run: nala sample refuses to replace a finished batch)
   $n sample --ckpt "$ck" $smp --num-samples 5000 --batch-size 1000 --npz "$rd/samples.npz" --device cuda > "$w/$tag.sample.log" 2>&1
   $n sample --ckpt "$ck" $smp --device cuda --out "$w/grid_$tag.png" >> "$w/$tag.sample.log" 2>&1
   $n eval --fmnist --sample "$rd/samples.npz" --classifier "$cls" --device cuda --json "$rd/eval.json" > "$w/$tag.eval.log" 2>&1

@@ -110,6 +110,7 @@ def test_a_value_of_the_wrong_type_names_its_flag():
     given as "--flag value" or "--flag=value"."""
     fails("sample", "--steps", "abc", says=["--steps: ", "abc"])
     fails("sample", "--ckpt", "x", "--seed=-x", says=["--seed: ", "-x"])
+    fails("sample", "--ckpt", "x", "--seed", "-1", says=["--seed: ", "-1"])  # (unsigned; a value may begin with '-')
     fails("bench", "attention", "--reps", "many", says=["--reps: ", "many"])
 
 
@@ -119,4 +120,4 @@ def test_a_word_that_is_no_flag_is_refused():
     positional arguments, IN and OUT: a third is refused)."""
     for cmd in (["train"], ["sample"], ["eval"], ["extract-latents"], ["forward"], ["bench", "tail"], ["bench", "train"]):
         fails(*cmd, "stray", "--help", says=["unexpected argument 'stray'", "nala " + " ".join(cmd)])
-    fails("convert", "in.pt", "out.safetensors", "stray", says=["unexpected argument 'stray'"])  # its two positional arguments, then one more
+    fails("convert", "in.pt", "out.safetensors", "stray", says=["unexpected argument 'stray'", "IN and OUT"])  # its two positional arguments, then one more

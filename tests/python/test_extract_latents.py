@@ -91,22 +91,34 @@ def write_shard(path, n, h, meta):
 
 def test_a_latent_folder_sets_the_image_size(tmp):
     """A latent folder fixes the image size: taken from its shards where no flag gives one (config.json
-    recorded the default 32 for 64-px latents), and a flag that disagrees is refused with both values."""
+    recorded the default 32 for 64-px latents), a flag that disagrees with what the shards record is
+    refused with both values, and a run that recorded the old default resumes, recording the size."""
     (tmp / "lat").mkdir()
     write_shard(tmp / "lat" / "latents_00000.safetensors", 8, 8, {"image_size": "64", "num_classes": "2"})
-    base = ["nala", "train", "--preset", "fashion-mnist-tiny", "--model", "DiT-T/4", "--data", tmp / "lat", "--steps", "1", "--batch", "4",
+    base = ["nala", "train", "--preset", "fashion-mnist-tiny", "--model", "DiT-T/4", "--data", tmp / "lat", "--batch", "4",
             "--device", "cpu", "--sample-every", "0", "--workers", "1"]
-    run(*base, "--out", tmp / "run")
-    assert json.loads((tmp / "run" / "config.json").read_text())["image_size"] == 64
+    run(*base, "--steps", "1", "--out", tmp / "run")
+    cfg = json.loads((tmp / "run" / "config.json").read_text())
+    assert cfg["image_size"] == 64
     assert json.loads((tmp / "run" / "model.json").read_text())["input_size"] == 8
-    p = run(*base, "--out", tmp / "run2", "--image-size", "32", check=False)
-    assert p.returncode != 0 and "64-px" in p.stderr and "--image-size is 32" in p.stderr and "lat" in p.stderr, p.stderr
+    p = run(*base, "--steps", "1", "--out", tmp / "run2", "--image-size", "32", check=False)
+    assert p.returncode != 0 and "64-px" in p.stderr and "--image-size is 32" in p.stderr and str(tmp / "lat") in p.stderr, p.stderr
     assert not (tmp / "run2" / "config.json").exists()
-    # no metadata: 8·h (the Stable Diffusion VAE); a second shard of another size is named
+    # a run that recorded the old default (32) resumes with the latents' size, and records it
+    cfg["image_size"] = 32
+    (tmp / "run" / "config.json").write_text(json.dumps(cfg))
+    p = run(*base, "--steps", "2", "--out", tmp / "run")
+    assert "recorded image_size 32" in p.stderr, p.stderr
+    assert json.loads((tmp / "run" / "config.json").read_text())["image_size"] == 64
+    assert (tmp / "run" / "checkpoints" / "0000002").is_dir()
+    # no record: 8·h by default, a flag taken as given; a second shard of another size is named
     (tmp / "lat2").mkdir()
     write_shard(tmp / "lat2" / "latents_00000.safetensors", 8, 8, {})
-    run(*base[:7], tmp / "lat2", *base[8:], "--out", tmp / "run3")
+    base2 = [*base[:7], tmp / "lat2", *base[8:], "--steps", "1"]
+    run(*base2, "--out", tmp / "run3")
     assert json.loads((tmp / "run3" / "config.json").read_text())["image_size"] == 64
+    run(*base2, "--out", tmp / "run4", "--image-size", "32")  # (latents of a 4x VAE, say)
+    assert json.loads((tmp / "run4" / "config.json").read_text())["image_size"] == 32
     write_shard(tmp / "lat2" / "latents_00001.safetensors", 8, 4, {})
-    p = run(*base[:7], tmp / "lat2", *base[8:], "--out", tmp / "run4", check=False)
+    p = run(*base2, "--out", tmp / "run5", check=False)
     assert p.returncode != 0 and "latents_00001.safetensors" in p.stderr and "one size" in p.stderr, p.stderr

@@ -29,15 +29,19 @@ def nala(*args, check=True):
     return p
 
 
-def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5)):
+def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5), finished=None):
     """Starts `nala args` and SIGKILLs it at random moments, KILLS times, then lets it finish.
     leftovers(): True while a write is visibly in progress; every other kill waits for one.
     Returns (kills, hits): how many kills landed before the run finished, and how many of them hit
     such a write. A run that finishes early ends the kills: callers require at least MIN_KILLS, so
-    that the compared output really comes from resumed runs."""
+    that the compared output really comes from resumed runs. finished(): True once the output is
+    complete (a kill can land after it is in place, before the process exits: a finished .npz is
+    not sampled again, so no further run is started)."""
     rng = np.random.default_rng(seed)
     kills = hits = 0
     while True:
+        if finished and finished():
+            return kills, hits
         p = subprocess.Popen([str(BUILD / "nala"), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
         if kills == KILLS:
             _, err = p.communicate(timeout=900)
@@ -89,7 +93,8 @@ def test_sampling_killed_ten_times_gives_the_same_npz(tmp):
     nala(*args(tmp / "alone.npz"))
     parts = tmp / "killed.npz.parts"
     writing = lambda: parts.exists() and any(".tmp." in x.name for x in parts.iterdir())
-    kills, hits = kill_repeatedly(args(tmp / "killed.npz"), seed=2, leftovers=writing, span=(0.3, 1.5))
+    kills, hits = kill_repeatedly(args(tmp / "killed.npz"), seed=2, leftovers=writing, span=(0.3, 1.5),
+                                  finished=lambda: (tmp / "killed.npz").exists())
     print(f"{kills} kills, {hits} of them while a batch was being written")
     assert kills >= MIN_KILLS
     a, b = np.load(tmp / "alone.npz"), np.load(tmp / "killed.npz")
