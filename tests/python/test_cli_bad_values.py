@@ -107,11 +107,13 @@ def test_bad_values(tmp):
 
 def test_a_value_of_the_wrong_type_names_its_flag():
     """cxxopts' own message names the value alone ("Argument 'abc' failed to parse"): nala adds the flag,
-    given as "--flag value" or "--flag=value"."""
+    given as "--flag value" or "--flag=value". A number with more after it is refused (cxxopts read its
+    number part)."""
     fails("sample", "--steps", "abc", says=["--steps: ", "abc"])
     fails("sample", "--ckpt", "x", "--seed=-x", says=["--seed: ", "-x"])
     fails("sample", "--ckpt", "x", "--seed", "-1", says=["--seed: ", "-1"])  # (unsigned; a value may begin with '-')
     fails("bench", "attention", "--reps", "many", says=["--reps: ", "many"])
+    fails("sample", "--ckpt", "x", "--cfg-scale", "1.5x", says=["--cfg-scale: '1.5x' is not a number"])  # (read as 1.5 before)
 
 
 def test_a_word_that_is_no_flag_is_refused():

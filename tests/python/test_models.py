@@ -116,8 +116,8 @@ def test_bad_inputs_give_clear_errors(tmp):
     assert p.returncode != 0 and "unknown model 'DiT-Q/2'" in p.stderr
     p = run("nala", *base, "--model", "DiT-B/2", check=False)
     assert p.returncode != 0 and "x_embedder.proj.weight" in p.stderr
-    p = run("nala", *base, "--model", "DiT-S/2", "--image-size", "16", check=False)
-    assert p.returncode != 0 and "contradicts the checkpoint" in p.stderr
+    p = run("nala", *base, "--model", "DiT-S/2", "--input-size", "16", check=False)
+    assert p.returncode != 0 and "contradicts the checkpoint" in p.stderr and "--input-size 16" in p.stderr
     np.savez(tmp / "bad.npz", x=np.zeros((2, 3, 8, 8), np.float32), t=t.numpy(), y=y.numpy())
     p = run("nala", "forward", "--model", "DiT-S/2", "--ckpt", tmp / "w.safetensors", "--input", tmp / "bad.npz",
             "--output", tmp / "o.npz", "--device", "cpu", check=False)
