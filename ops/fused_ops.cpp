@@ -127,7 +127,7 @@ bool stacked_modulation() { return read_switch(g_stacked_modulation, "NALA_STACK
 void set_stacked_modulation(bool on) { g_stacked_modulation = on ? 1 : 0; }
 bool stacked_casts() { return read_switch(g_stacked_casts, "NALA_STACKED_CASTS", 1); }
 void set_stacked_casts(bool on) { g_stacked_casts = on ? 1 : 0; }
-bool patch_embed_pos_fused() { return read_switch(g_patch_embed_pos, "NALA_PATCH_EMBED_POS", 0); }
+bool patch_embed_pos_fused() { return read_switch(g_patch_embed_pos, "NALA_PATCH_EMBED_POS", 1); }
 void set_patch_embed_pos_fused(bool on) { g_patch_embed_pos = on ? 1 : 0; }
 bool fused_optimizer() { return read_switch(g_fused_optimizer, "NALA_FUSED_OPTIMIZER", 1); }
 void set_fused_optimizer(bool on) { g_fused_optimizer = on ? 1 : 0; }
