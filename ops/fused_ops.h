@@ -208,8 +208,8 @@ bool stacked_casts();
 void set_stacked_casts(bool on);
 
 // The patch embedding and pos_embed's add in one kernel under CUDA bf16 autocast (ops/patch_embed.h):
-// NALA_PATCH_EMBED_POS=1; 0 (default since the fortieth session, until a GPU run checks the kernel as
-// rewritten then: docs/benchmarks.md) the GEMM and ATen's broadcasting add. Any other value is an error.
+// NALA_PATCH_EMBED_POS=1 (default; off in the fortieth session until the rewritten kernel's tests ran
+// on a GPU: docs/benchmarks.md); 0 the GEMM and ATen's broadcasting add. Any other value is an error.
 bool patch_embed_pos_fused();
 void set_patch_embed_pos_fused(bool on);
 

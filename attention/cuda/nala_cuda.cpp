@@ -128,11 +128,6 @@ OnePassBackwardState current_backward_state() { return g_backward_state.get(); }
 // CTAs, fewer tiles each, a cluster barrier and a distributed-shared-memory sum of the state).
 EnvChoice<int> g_onepass_ranks{"NALA_ONEPASS_RANKS", {{"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, {}};
 
-// NALA_ONEPASS_EARLY_Q=1 (default) | 0: the one-pass forward issues its first q tile's loads under the
-// last k tile's work (1) or after phase 1, before the reduce (0, the earlier kernel). The same results
-// bit for bit: only when the loads fly differs (docs/benchmarks.md, forty-first session).
-EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {}};
-
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
 // GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
 // even 8 ranks would leave SMs idle: the chunked kernels split long sequences further.
@@ -159,7 +154,6 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   if (!(kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills))) return false;
   p.chunks = ranks;
   p.tokens_per_chunk = per_rank;
-  p.early_q = g_early_q.get();
   return true;
 }
 
@@ -204,7 +198,6 @@ void keep_state(cuda::NalaKernelParams& p, NalaForward& r, const at::TensorOptio
 void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
-void set_nala_onepass_early_q(bool on) { g_early_q.value = on; }
 void set_nala_onepass_ranks(int ranks) {
   TORCH_CHECK(ranks == 0 || ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8, "set_nala_onepass_ranks: 0 (the rule), 1, 2, 4 or 8, got ", ranks);
   g_onepass_ranks.value = ranks;

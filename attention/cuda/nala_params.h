@@ -53,7 +53,6 @@ struct NalaKernelParams {
   float inv_n = 1;
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
   bool state_lo = true;      // one-pass backward: S and dS' as bf16 hi + lo pairs (else hi only)
-  bool early_q = true;       // one-pass forward: the first q tile's loads issued under the last k tile (NALA_ONEPASS_EARLY_Q)
   DType dtype = DType::F32;
   // One-pass forward with LePE (lepe_ks 3 or 5; 0: none): instead of o the kernel writes
   // u = o + LePE(v) + lepe_b to u, (B, N, H·D) contiguous, where LePE is the depthwise lepe_ks²

@@ -390,34 +390,25 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
   T* phi_row = phi + threadIdx.x / TPT * O::LDPH;  // this thread's token row of the φ tile
   TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
   VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
-  const T* qp = static_cast<const T*>(P.q);
   fk.fetch(kp, P.k_stride, b, h, begin, end, true);
   fv.fetch(vp, P.v_stride, b, h, begin, end);
-  // fk_next holds the next k tile's loads, and from the last k tile on the first q tile's (phase 2's
-  // fq: the same registers, no copy that would wait for them). P.early_q issues those under the last
-  // k tile's work: the partial store and the reduce alone did not hide them (Nsight Compute, NaLaDiT-S/2:
-  // ≈ 8 % of the forward's stall samples waited on the first q tile at φ_q).
   for (int t0 = begin; t0 < end; t0 += TILE) {
-    const bool last = t0 + TILE >= end;
-    if (!last) {  // the next tile's loads fly while this one is worked on
+    if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
       fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
       fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
-    } else if (P.early_q) {
-      fk_next.fetch(qp, P.q_stride, b, h, begin, end, true);
     }
     fv.template commit<O::LDV>(vs);
     token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
     __syncthreads();
     accumulate_state<D, FEAT>(acc, phi, vs);
     __syncthreads();
-    if (last) break;  // (a branch: the moves below would wait for the q loads)
     fk = fk_next;
     fv = fv_next;
   }
   store_partial<D, FEAT>(acc, accs);
-  TileFetch<T, D, TILE, O::THREADS>& fq = fk_next;
-  TileFetch<T, D, TILE, O::THREADS> fq_next;
-  if (!P.early_q) fq.fetch(qp, P.q_stride, b, h, begin, end, true);  // the first q tile's loads fly through the reduce
+  const T* qp = static_cast<const T*>(P.q);
+  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
+  fq.fetch(qp, P.q_stride, b, h, begin, end, true);  // the first q tile's loads fly through the reduce
   reduce_state<D, FEAT, true>(accs, st_hi, st_lo, O::LDPH, P.inv_n, P, bh, rank, ranks, P.S != nullptr);
 
   // ---- phase 2: o = φ_q S / (φ_q z + ε) for this rank's tokens

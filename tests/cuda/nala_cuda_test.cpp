@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -208,35 +207,6 @@ TEST_F(NalaCudaOnePass, InferenceForwardEqualsTrainingForwardAndRepeats) {
   set_nala_cuda_kernel(NalaCudaKernel::Chunked);
   at::Tensor d = nala_attention(q, k, v);
   EXPECT_LE(rel_err(a, d), 1e-2);
-}
-
-TEST_F(NalaCudaOnePass, EarlyQLoadsGiveTheSameBits) {
-  // NALA_ONEPASS_EARLY_Q moves only when the first q tile's loads are issued: o, S, z, den and the
-  // gradients are the same bits either way, for one rank and for clusters (a last k tile that is
-  // partly past N; ranks of one tile each), with and without the saved state
-  for (int ranks : {0, 4}) {
-    set_nala_onepass_ranks(ranks);
-    for (int64_t N : {256, 97, 3000}) {
-      at::Tensor q = at::randn({2, 3, N, 64}, at::kCUDA).to(at::kBFloat16), k = at::randn_like(q), v = at::randn_like(q);
-      at::Tensor go = at::randn_like(q);
-      std::vector<at::Tensor> out[2];
-      for (int early : {0, 1}) {
-        set_nala_onepass_early_q(early == 1);
-        at::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
-        at::Tensor o = nala_attention(qg, kg, vg);  // (B, H, N, d)
-        o.backward(go);
-        at::Tensor oi;
-        {
-          at::NoGradGuard no_grad;
-          oi = nala_attention(q, k, v);
-        }
-        out[early] = {o.detach(), oi, qg.grad(), kg.grad(), vg.grad()};
-      }
-      for (size_t i = 0; i < out[0].size(); ++i) EXPECT_TRUE(at::equal(out[0][i], out[1][i])) << "ranks " << ranks << ", N " << N << ", tensor " << i;
-    }
-  }
-  set_nala_onepass_early_q(true);
-  set_nala_onepass_ranks(0);
 }
 
 TEST_F(NalaCudaOnePass, BackwardRepeatsAndTakesEitherForwardsState) {
