@@ -79,8 +79,10 @@ int run_sample(int argc, char** argv) {
   if (n < 0) throw std::runtime_error("--num-samples must be positive, got " + std::to_string(n));
   if (n == 0 && a.count("npz")) throw std::runtime_error("--npz needs --num-samples N (how many samples to write)");
   if (n == 0) io::check_parent_dir(a["out"].as<std::string>(), "--out");
-  if (a.count("npz")) io::check_parent_dir(a["npz"].as<std::string>(), "--npz");
-  if (a.count("npz")) samplers::refuse_finished_npz(a["npz"].as<std::string>());
+  if (a.count("npz")) {
+    io::check_parent_dir(a["npz"].as<std::string>(), "--npz");
+    samplers::refuse_finished_npz(a["npz"].as<std::string>());
+  }
   if (a.count("save-latents")) io::check_parent_dir(a["save-latents"].as<std::string>(), "--save-latents");
   if (a["batch-size"].as<int64_t>() <= 0) throw std::runtime_error("--batch-size must be positive, got " + std::to_string(a["batch-size"].as<int64_t>()));
   const c10::Device dev = pick_device(a["device"].as<std::string>());

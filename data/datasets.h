@@ -114,13 +114,13 @@ class LatentShards : public Dataset {
   int64_t num_classes_ = 0;
 };
 
-// Opens a data set from a --data argument: "fashion-mnist" (or a directory holding the idx files),
-// a latent directory (holding latents_*.safetensors), or an image folder.
 // The pixel size a latent folder's latents encode, read from its first shard's header alone: the
 // recorded size (LatentShards::recorded_image_size), else 8·h (the Stable Diffusion VAE's
 // downsampling, a default); nullopt when spec is no latent folder.
 std::optional<int64_t> latent_folder_image_size(const std::string& spec);
 
+// Opens a data set from a --data argument: "fashion-mnist" (or a directory holding the idx files),
+// a latent directory (holding latents_*.safetensors), or an image folder.
 std::shared_ptr<Dataset> open_dataset(const std::string& spec, int64_t image_size);
 
 }  // namespace nala::data

@@ -1,5 +1,6 @@
 #include "samplers/fid_batches.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -49,10 +50,10 @@ void sample_fid_batches(models::DiT& model, models::Autoencoder& ae, const Sampl
   refuse_finished_npz(npz);
   io::OutputLock lock(parts, "sample batch " + npz);  // one writer: a second `nala sample --npz` on it is refused
   if (io::file_exists(npz)) {
-    bool only_the_lock = true;
-    for (const auto& e : std::filesystem::directory_iterator(parts)) only_the_lock = only_the_lock && e.path().filename() == ".nala.lock";
+    const auto entries = std::filesystem::directory_iterator(parts);
     std::string err;
-    if (only_the_lock) io::remove_tree(parts, &err);
+    if (std::all_of(begin(entries), end(entries), [](const auto& e) { return e.path().filename() == ".nala.lock"; }))
+      io::remove_tree(parts, &err);  // (the folder our lock made, nothing in it)
     refuse_finished_npz(npz);
   }
   bool resuming = false;
