@@ -168,14 +168,14 @@ std::vector<std::string> latent_shard_files(const std::string& dir) {
   return shards;
 }
 
-// The pixel size a shard's latents encode as its "image_size" metadata records it (extract-latents
-// writes it); nullopt without it.
-std::optional<int64_t> shard_image_size(const std::string& shard, const std::map<std::string, std::string>& meta) {
-  const auto it = meta.find("image_size");
+// A shard's metadata entry `key` as a positive whole number (extract-latents writes image_size and
+// num_classes); nullopt without it, an error naming the shard and the value otherwise.
+std::optional<int64_t> positive_metadata(const std::string& shard, const std::map<std::string, std::string>& meta, const std::string& key) {
+  const auto it = meta.find(key);
   if (it == meta.end()) return std::nullopt;
   const std::string& v = it->second;
   if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos || std::stoll(v) <= 0)
-    throw std::runtime_error(shard + ": metadata image_size must be a positive whole number, got '" + v + "'");
+    throw std::runtime_error(shard + ": metadata " + key + " must be a positive whole number, got '" + v + "'");
   return std::stoll(v);
 }
 }  // namespace
@@ -202,8 +202,8 @@ LatentShards::LatentShards(const std::string& dir) : dir_(dir) {
   latents_ = at::cat(xs);
   labels_ = at::cat(ys);
   num_classes_ = labels_.max().item<int64_t>() + 1;
-  if (meta.count("num_classes")) num_classes_ = std::max<int64_t>(num_classes_, std::stoll(meta["num_classes"]));
-  image_size_ = shard_image_size(shards.front(), meta);
+  num_classes_ = std::max(num_classes_, positive_metadata(shards.front(), meta, "num_classes").value_or(0));
+  image_size_ = positive_metadata(shards.front(), meta, "image_size");
 }
 
 std::optional<int64_t> latent_folder_image_size(const std::string& spec) {
@@ -211,7 +211,7 @@ std::optional<int64_t> latent_folder_image_size(const std::string& spec) {
   if (shards.empty()) return std::nullopt;
   std::map<std::string, std::string> meta;
   for (const auto& info : io::read_safetensors_header(shards.front(), &meta))
-    if (info.name == "latents" && info.shape.size() == 4) return shard_image_size(shards.front(), meta).value_or(8 * info.shape[2]);
+    if (info.name == "latents" && info.shape.size() == 4) return positive_metadata(shards.front(), meta, "image_size").value_or(8 * info.shape[2]);
   throw std::runtime_error(shards.front() + ": a latent shard needs 'latents' (N, C, h, w) and 'labels' (N,)");
 }
 

@@ -122,3 +122,8 @@ def test_a_latent_folder_sets_the_image_size(tmp):
     write_shard(tmp / "lat2" / "latents_00001.safetensors", 8, 4, {})
     p = run(*base2, "--out", tmp / "run5", check=False)
     assert p.returncode != 0 and "latents_00001.safetensors" in p.stderr and "one size" in p.stderr, p.stderr
+    # metadata that is no whole number is named with its shard (num_classes was LibTorch's "stoll")
+    (tmp / "lat3").mkdir()
+    write_shard(tmp / "lat3" / "latents_00000.safetensors", 8, 8, {"num_classes": "ten"})
+    p = run(*base[:7], tmp / "lat3", *base[8:], "--steps", "1", "--out", tmp / "run6", check=False)
+    assert p.returncode != 0 and "latents_00000.safetensors: metadata num_classes" in p.stderr and "'ten'" in p.stderr, p.stderr
