@@ -66,7 +66,8 @@ fetch_official() {  # NAME URL COMMIT LOCAL
   local src=${4:-}
   if [ -z "$src" ]; then
     src=$(mktemp -d)
-    git clone -q "$2" "$src" || { echo "prepare_carry: cannot clone $2 (set OFFICIAL_${1^^} to a local clone)" >&2; exit 1; }
+    # only the reference trainings need it: without it the rest of .carry is still made
+    git clone -q "$2" "$src" || { echo "prepare_carry: cannot clone $2 (set OFFICIAL_${1^^} to a local clone); .carry/official/$1 left out" >&2; return 0; }
   fi
   mkdir -p "$d"
   git --git-dir="$( [ -d "$src/.git" ] && echo "$src/.git" || echo "$src")" archive "$3" | tar x -C "$d"
