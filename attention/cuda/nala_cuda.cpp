@@ -128,6 +128,18 @@ OnePassBackwardState current_backward_state() { return g_backward_state.get(); }
 // CTAs, fewer tiles each, a cluster barrier and a distributed-shared-memory sum of the state).
 EnvChoice<int> g_onepass_ranks{"NALA_ONEPASS_RANKS", {{"auto", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, {}};
 
+// NALA_ONEPASS_EARLY_Q=1 (default) | 0: the one-pass forward issues its first q tile's loads under the
+// last k tile's work (1) or after phase 1, before the reduce (0, the earlier kernel). The same results
+// bit for bit: only when the loads fly differs (docs/benchmarks.md, forty-first session).
+EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {}};
+
+// NALA_ONEPASS_PERSISTENT=1 (default) | 0: the one-pass kernels' grids (head dim 64, the nala maps)
+// hold as many clusters as fit the GPU at once, each taking (batch, head) pairs in turn and copying
+// the next pair's first tiles to shared memory under the current pair's last tile (1), or one
+// cluster a pair (0). The same results bit for bit. set_nala_onepass_slots overrides it with a count (tests).
+EnvChoice<bool> g_persistent{"NALA_ONEPASS_PERSISTENT", {{"1", true}, {"0", false}}, {}};
+std::optional<int> g_slots;
+
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
 // GPU at least two waves of CTAs (two fit an SM), each rank at least one tile. Returns false when
 // even 8 ranks would leave SMs idle: the chunked kernels split long sequences further.
@@ -154,6 +166,8 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   if (!(kernel == NalaCudaKernel::OnePass || (kernel == NalaCudaKernel::Auto && fills))) return false;
   p.chunks = ranks;
   p.tokens_per_chunk = per_rank;
+  p.early_q = g_early_q.get();
+  p.slots = g_slots ? *g_slots : (g_persistent.get() ? -1 : 0);
   return true;
 }
 
@@ -198,6 +212,11 @@ void keep_state(cuda::NalaKernelParams& p, NalaForward& r, const at::TensorOptio
 void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
+void set_nala_onepass_early_q(bool on) { g_early_q.value = on; }
+void set_nala_onepass_slots(int slots) {
+  TORCH_CHECK(slots >= -1, "set_nala_onepass_slots: -1 (NALA_ONEPASS_PERSISTENT), 0 (one cluster a pair) or a count, got ", slots);
+  g_slots = slots < 0 ? std::nullopt : std::optional<int>(slots);
+}
 void set_nala_onepass_ranks(int ranks) {
   TORCH_CHECK(ranks == 0 || ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8, "set_nala_onepass_ranks: 0 (the rule), 1, 2, 4 or 8, got ", ranks);
   g_onepass_ranks.value = ranks;

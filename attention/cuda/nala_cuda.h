@@ -72,5 +72,11 @@ void set_nala_onepass_backward_state(OnePassBackwardState s);
 // The one-pass kernels' ranks a (batch, head), as NALA_ONEPASS_RANKS sets them (tests): 0 the automatic
 // rule, 1, 2, 4 or 8 (at most one a tile).
 void set_nala_onepass_ranks(int ranks);
+// Whether the one-pass forward issues its first q tile's loads under the last k tile's work
+// (NALA_ONEPASS_EARLY_Q, default on; tests).
+void set_nala_onepass_early_q(bool on);
+// The one-pass kernels' grids (tests): -1 as NALA_ONEPASS_PERSISTENT sets it (default: as many clusters
+// as fit the GPU, each taking (batch, head) pairs in turn), 0 one cluster a pair, n > 0 n clusters.
+void set_nala_onepass_slots(int slots);
 
 }  // namespace nala::attention

@@ -51,12 +51,41 @@ bool onepass_lepe_backward_fits(int D, int feat, int ks, int window_bytes) {
 // smem_bytes grown to hold them; else −1, the taps read from global memory. In shared memory the
 // taps' loads do not wait on L2 (Nsight Compute, NaLaDiT-S/2: the weights' loads from global memory
 // were the LePE sums' main stall).
-static int onepass_lepe_taps(int D, int ks, int& smem_bytes) {
-  const int taps = ks * ks * D * 4, at = (smem_bytes + 15) / 16 * 16;
-  auto ctas = [](int bytes) { return std::min(2, 228 * 1024 / (bytes + 1024)); };
-  if (at + taps > 227 * 1024 || ctas(at + taps) < ctas(smem_bytes)) return -1;
-  smem_bytes = at + taps;
+// (place_past: bytes more past smem_bytes, 16-byte aligned, where that costs no CTA an SM: the offset,
+// smem_bytes grown; else −1)
+static int place_past(int bytes, int& smem_bytes) {
+  const int at = (smem_bytes + 15) / 16 * 16;
+  auto ctas = [](int b) { return std::min(2, 228 * 1024 / (b + 1024)); };
+  if (at + bytes > 227 * 1024 || ctas(at + bytes) < ctas(smem_bytes)) return -1;
+  smem_bytes = at + bytes;
   return at;
+}
+static int onepass_lepe_taps(int D, int ks, int& smem_bytes) { return place_past(ks * ks * D * 4, smem_bytes); }
+
+// Where a persistent one-pass grid (P.slots ≠ 0) stages the next (batch, head) pair's first tiles
+// (onepass_kernels.cuh stage_first_tile): two tiles of kOnePassTile × D bf16 (forward k, v; backward q,
+// grad_o) and, backward, den a thread (256 floats), past the launch's other shared memory where that
+// costs no CTA an SM; else −1 (the first tiles then load as the pair starts).
+static int onepass_next_stage(const NalaKernelParams& P, bool backward, int& smem_bytes) {
+  if (P.slots == 0) return -1;
+  return place_past(2 * kOnePassTile * P.D * 2 + (backward ? 256 * 4 : 0), smem_bytes);
+}
+
+// The grid's clusters for P.slots: one a (batch, head) pair (0), a given count, or (−1) as many as are
+// resident at once (the occupancy of kernel, every SM, in clusters of P.chunks), never more than the pairs.
+template <typename Kernel>
+static int grid_slots(Kernel kernel, const NalaKernelParams& P, int threads, int smem_bytes) {
+  const int pairs = P.B * P.H;
+  int slots = P.slots;
+  if (slots == 0) return pairs;
+  if (slots < 0) {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes) != cudaSuccess || per_sm < 1)
+      throw std::runtime_error("nala one-pass kernel: cannot read its occupancy");
+    slots = std::max(1, sms * per_sm / P.chunks);
+  }
+  return std::min(slots, pairs);
 }
 
 template <typename Kernel>
@@ -66,7 +95,7 @@ static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threa
                              std::to_string(P.tokens_per_chunk) + " tokens");
   allow_smem(kernel, smem_bytes);
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(P.chunks, P.B * P.H);
+  cfg.gridDim = dim3(P.chunks, grid_slots(kernel, P, threads, smem_bytes));
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = st;
@@ -82,54 +111,71 @@ static void launch_clustered(Kernel kernel, const NalaKernelParams& P, int threa
   check_launch(what);
 }
 
-template <int D, int FEAT, bool LO>
+// PERSIST: the persistent kernels (P.slots ≠ 0; d 64 and the nala maps only, fewer kernels to compile).
+// Each is its own instantiation: the (batch, head) loop would cost the one-pair kernels registers.
+template <int D, int FEAT, bool LO, bool PERSIST>
 static void onepass_backward_lo(const NalaKernelParams& P, cudaStream_t st) {
   constexpr int threads = OnePass<D, FEAT>::THREADS, bytes = OnePassBwd<D, FEAT, LO>::BYTES;
+  NalaKernelParams Q = P;
+  int smem = bytes;
   if (P.lepe_ks == 0) {
     if (P.grad_sums != nullptr) throw std::runtime_error("nala one-pass backward: the gradients' column sums come with LePE only");
-    launch_clustered(onepass_backward_kernel<D, FEAT, LO>, P, threads, bytes, st, "backward");
+    Q.next_stage = onepass_next_stage(P, true, smem);
+    launch_clustered(onepass_backward_kernel<D, FEAT, LO, 0, false, PERSIST>, Q, threads, smem, st, "backward");
     return;
   }
   if constexpr (FEAT == 2) {  // LePE variants for the nala maps only (the gated block's; fewer kernels to compile)
-    NalaKernelParams Q = P;
-    int smem = bytes;
     Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
+    Q.next_stage = onepass_next_stage(P, true, smem);
     if (P.grad_sums != nullptr) {  // the summing kernels: d 64 only (onepass_backward_sums)
       if constexpr (D == 64) {
-        if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5, true>, Q, threads, smem, st, "backward with LePE and sums");
-        if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3, true>, Q, threads, smem, st, "backward with LePE and sums");
+        if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5, true, PERSIST>, Q, threads, smem, st, "backward with LePE and sums");
+        if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3, true, PERSIST>, Q, threads, smem, st, "backward with LePE and sums");
       }
       throw std::runtime_error("nala one-pass backward: no summing kernel for head dim " + std::to_string(D));
     }
-    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5>, Q, threads, smem, st, "backward with LePE");
-    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3>, Q, threads, smem, st, "backward with LePE");
+    if (P.lepe_ks == 5) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 5, false, PERSIST>, Q, threads, smem, st, "backward with LePE");
+    if (P.lepe_ks == 3) return launch_clustered(onepass_backward_kernel<D, FEAT, LO, 3, false, PERSIST>, Q, threads, smem, st, "backward with LePE");
   }
   throw std::runtime_error("nala one-pass backward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
                            " features");
 }
 
-template <int D, int FEAT>
-static void onepass_backward(const NalaKernelParams& P, cudaStream_t st) {
-  if (P.state_lo) onepass_backward_lo<D, FEAT, true>(P, st);
-  else onepass_backward_lo<D, FEAT, false>(P, st);
+template <int D, int FEAT, bool PERSIST>
+static void onepass_forward(const NalaKernelParams& P, cudaStream_t st) {
+  constexpr int threads = OnePass<D, FEAT>::THREADS;
+  NalaKernelParams Q = P;
+  if (P.lepe_ks == 0) {
+    int smem = OnePass<D, FEAT>::BYTES;
+    Q.next_stage = onepass_next_stage(P, false, smem);
+    return launch_clustered(onepass_forward_kernel<D, FEAT, 0, PERSIST>, Q, threads, smem, st, "forward");
+  }
+  if constexpr (FEAT == 2) {
+    int smem = P.lepe_smem;
+    Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
+    Q.next_stage = onepass_next_stage(P, false, smem);
+    if (P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5, PERSIST>, Q, threads, smem, st, "forward with LePE");
+    if (P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3, PERSIST>, Q, threads, smem, st, "forward with LePE");
+  }
+  throw std::runtime_error("nala one-pass forward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
+                           " features");
 }
 
 template <int D, int FEAT>
 static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
-  if (forward && P.lepe_ks != 0) {
-    if constexpr (FEAT == 2) {
-      NalaKernelParams Q = P;
-      int smem = P.lepe_smem;
-      Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
-      if (P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5>, Q, OnePass<D, FEAT>::THREADS, smem, st, "forward with LePE");
-      if (P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3>, Q, OnePass<D, FEAT>::THREADS, smem, st, "forward with LePE");
+  if constexpr (FEAT == 2 && D == 64) {
+    if (P.slots != 0) {
+      if (forward) onepass_forward<D, FEAT, true>(P, st);
+      else if (P.state_lo) onepass_backward_lo<D, FEAT, true, true>(P, st);
+      else onepass_backward_lo<D, FEAT, false, true>(P, st);
+      return;
     }
-    throw std::runtime_error("nala one-pass forward: no LePE kernel of size " + std::to_string(P.lepe_ks) + " for " + std::to_string(FEAT) +
-                             " features");
-  } else if (forward)
-    launch_clustered(onepass_forward_kernel<D, FEAT>, P, OnePass<D, FEAT>::THREADS, OnePass<D, FEAT>::BYTES, st, "forward");
-  else
-    onepass_backward<D, FEAT>(P, st);
+  }
+  NalaKernelParams Q = P;
+  Q.slots = 0;  // (d 72 and the baselines' maps: one cluster a pair)
+  if (forward) onepass_forward<D, FEAT, false>(Q, st);
+  else if (P.state_lo) onepass_backward_lo<D, FEAT, true, false>(Q, st);
+  else onepass_backward_lo<D, FEAT, false, false>(Q, st);
 }
 
 static void dispatch_onepass(const NalaKernelParams& p, void* stream, bool forward) {

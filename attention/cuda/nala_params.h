@@ -53,6 +53,12 @@ struct NalaKernelParams {
   float inv_n = 1;
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
   bool state_lo = true;      // one-pass backward: S and dS' as bf16 hi + lo pairs (else hi only)
+  bool early_q = true;       // one-pass forward: the first q tile's loads issued under the last k tile (NALA_ONEPASS_EARLY_Q)
+  int slots = 0;             // one-pass kernels: clusters the grid holds (its y dimension), each taking (batch, head)
+                             // pairs bh = blockIdx.y + i·gridDim.y in turn: n > 0 n of them, −1 as many as fit the GPU
+                             // at once, 0 one cluster a pair (NALA_ONEPASS_PERSISTENT)
+  int next_stage = -1;       // one-pass kernels, set by the launch: the byte of shared memory where a persistent grid
+                             // stages the next pair's first tiles, or −1 (nala_onepass.cu onepass_next_stage)
   DType dtype = DType::F32;
   // One-pass forward with LePE (lepe_ks 3 or 5; 0: none): instead of o the kernel writes
   // u = o + LePE(v) + lepe_b to u, (B, N, H·D) contiguous, where LePE is the depthwise lepe_ks²

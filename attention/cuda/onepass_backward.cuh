@@ -84,12 +84,15 @@ struct GradTile {
   uint4 raw[CPL];
   float den_v = 0.f;  // den of the token
   bool valid = false;  // the token is before the end
-  __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, const float* den, int b, int h, int t0, int n_end) {
+  // staged: as TileFetch::fetch (the tile copied to shared memory by stage_first_tile), and den from
+  // staged_den[threadIdx.x] (each thread's own copy: stage_first_den)
+  __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, const float* den, int b, int h, int t0, int n_end,
+                        const __nv_bfloat16* staged = nullptr, const float* staged_den = nullptr) {
     const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT, n = t0 + t;
     valid = n < n_end;
     if (!valid) return;
-    den_v = den[n];
-    const __nv_bfloat16* src = base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
+    den_v = staged_den != nullptr ? staged_den[threadIdx.x] : den[n];
+    const __nv_bfloat16* src = staged != nullptr ? staged + t * D : base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
       const int c = lane + k * TPT;
@@ -122,11 +125,22 @@ struct GradTile {
   }
 };
 
+// den of the tile's tokens from t0 (den: the pair's row), each thread's token into staged_den[threadIdx.x]
+// (4 copies a token: each thread reads back its own, GradTile::fetch), by cp.async, no group committed
+template <int TILE, int THREADS>
+__device__ __forceinline__ void stage_first_den(float* staged_den, const float* den, int t0, int n_end) {
+  const int n = t0 + int(threadIdx.x) / (THREADS / TILE);
+  if (n < n_end) nala::cuda_async::cp_async<4>(staged_den + threadIdx.x, den + n);
+}
+
 // KS > 0 (P.lepe_ks == KS): LePE's part of dv added as phase 2 writes dv (onepass_kernels.cuh
 // lepe_rows_out): the tile's window of grad_o (= ∂L/∂u) copied into the φ tile's memory once the
 // products have read φ, P.lepe_wt the taps reversed.
 // SUMS (P.grad_sums set): the column sums too, a kernel of its own so that the plain one keeps its registers.
-template <int D, int FEAT, bool LO, int KS = 0, bool SUMS = false>
+// A cluster takes the (batch, head) pairs bh = blockIdx.y, blockIdx.y + gridDim.y, … (P.slots, as the
+// forward); with P.next_stage ≥ 0 a pair's first q and grad_o tiles and den are copied to shared memory
+// under the previous pair's last k tile. PERSIST false: the pair blockIdx.y alone (as the forward).
+template <int D, int FEAT, bool LO, int KS = 0, bool SUMS = false, bool PERSIST = false>
 __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onepass_backward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
   using L = OnePassBwd<D, FEAT, LO>;
@@ -143,179 +157,199 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
   float* zs = reinterpret_cast<float*>(sm + L::ZS);
   float* cpart = reinterpret_cast<float*>(sm + L::CPART);
   float* dinv = reinterpret_cast<float*>(sm + L::DINV);
-  const int bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+  T* next_q = PERSIST && P.next_stage >= 0 ? reinterpret_cast<T*>(sm + P.next_stage) : nullptr;  // the next pair's first q tile, then grad_o's, den
+  float* next_den = reinterpret_cast<float*>(next_q + 2 * TILE * D);
+  const int BH = P.B * P.H;
   const int rank = blockIdx.x, ranks = gridDim.x;
   const int begin = rank * P.tokens_per_chunk, end = min(P.N, begin + P.tokens_per_chunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
-  LepeTaps taps{nullptr, 0};
-  if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
-
-  // the first q, grad_o tile's loads fly while S is read
   const T* qp = static_cast<const T*>(P.q);
   const T* gp = static_cast<const T*>(P.grad_o);
-  const float* denp = P.den + int64_t(bh) * P.N;
-  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
-  GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
-  fq.fetch(qp, P.q_stride, b, h, begin, end, true);
-  fg.fetch(gp, P.go_stride, denp, b, h, begin, end);
+  for (int bh = blockIdx.y; bh < BH; bh += gridDim.y) {
+    const int b = bh / P.H, h = bh % P.H, next = bh + gridDim.y;
+    const bool staged = next_q != nullptr && bh != int(blockIdx.y);  // this pair's first tiles were staged
+    if (staged) nala::cuda_async::cp_async_wait<0>();
+    LepeTaps taps{nullptr, 0};
+    if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
 
-  // ---- S (rows f, columns d; column D and the pads zero) and z from the forward, 4 columns a
-  // thread (D % 8 == 0: a quad is all data or all pad)
-  constexpr int Q = O::NP / 4;
+    // the first q, grad_o tile's loads fly while S is read
+    const float* denp = P.den + int64_t(bh) * P.N;
+    TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
+    GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
+    fq.fetch(qp, P.q_stride, b, h, begin, end, true, staged ? next_q : nullptr);
+    fg.fetch(gp, P.go_stride, denp, b, h, begin, end, staged ? next_q + TILE * D : nullptr, staged ? next_den : nullptr);
+
+    // ---- S (rows f, columns d; column D and the pads zero) and z from the forward, 4 columns a
+    // thread (D % 8 == 0: a quad is all data or all pad)
+    constexpr int Q = O::NP / 4;
 #pragma unroll 4
-  for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
-    const int f = i / Q, n0 = i % Q * 4;
-    const float4 x = n0 < D ? *reinterpret_cast<const float4*>(P.S + (int64_t(bh) * O::Fp + f) * O::Dp + n0) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const __nv_bfloat162 h01 = __floats2bfloat162_rn(x.x, x.y), h23 = __floats2bfloat162_rn(x.z, x.w);
-    __nv_bfloat162* hi = reinterpret_cast<__nv_bfloat162*>(sr_hi + f * L::LDSR + n0);
-    hi[0] = h01;
-    hi[1] = h23;
-    if (LO) {
-      const float2 r01 = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&h01)),
-                   r23 = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&h23));
-      __nv_bfloat162* lo = reinterpret_cast<__nv_bfloat162*>(sr_lo + f * L::LDSR + n0);
-      lo[0] = __floats2bfloat162_rn(x.x - r01.x, x.y - r01.y);
-      lo[1] = __floats2bfloat162_rn(x.z - r23.x, x.w - r23.y);
-    }
-  }
-  for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
-
-  // ---- phase 1: dq, and dS' = Σ φ_qᵀ [g | −c] over this rank's tokens
-  float acc[O::UPW][O::NH][4] = {};
-  constexpr int TPT = O::THREADS / TILE;
-  const int my_t = threadIdx.x / TPT;  // this thread's token of a tile
-  T* phi_row = phi + my_t * O::LDPH;    // its row of the φ tile
-  const float* dphi_row = dphi + my_t * L::LDDP;
-  constexpr int CPL = TileFetch<T, D, TILE, O::THREADS>::CH;  // a thread's 16-byte chunks of its token
-  constexpr bool sums = SUMS;
-  const int64_t sum_row = int64_t(b) * ranks + rank;  // this CTA's row of P.grad_sums
-  float qsum[CPL] = {};
-  for (int t0 = begin; t0 < end; t0 += TILE) {
-    if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
-      fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
-      fg_next.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
-    }
-    fg.template commit<O::LDV>(gs, dinv);
-    const TokenStats stq = token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
-    __syncthreads();
-    // X = g Sᵀ over this warp's (16 tokens, F/2 features); the column D of g is still zero
-    float x[NHB][4] = {};
-#pragma unroll
-    for (int k0 = 0; k0 < O::Dp; k0 += 16) {
-      uint32_t a[4];
-      load_a<false>(a, gs, O::LDV, mt * 16, k0);                  // g: rows t
-      mma_row<NHB, false>(x, a, sr_hi, L::LDSR, nh * NHB * 8, k0);  // Sᵀ: S stored as rows f
-      if (LO) mma_row<NHB, false>(x, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
-    }
-    // c_t = φ_q,t · X_t / den_t: this half's share per row, summed over the quad, halves in smem
-    float part[2] = {0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < NHB; ++j)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {  // the fragment's two adjacent columns as one bf16 pair
-        const int r = mt * 16 + g + hf * 8, f = nh * NHB * 8 + 8 * j + 2 * tq;
-        const float2 ph = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(phi + r * O::LDPH + f));
-        part[hf] += ph.x * x[j][2 * hf] + ph.y * x[j][2 * hf + 1];
+    for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
+      const int f = i / Q, n0 = i % Q * 4;
+      const float4 x = n0 < D ? *reinterpret_cast<const float4*>(P.S + (int64_t(bh) * O::Fp + f) * O::Dp + n0) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const __nv_bfloat162 h01 = __floats2bfloat162_rn(x.x, x.y), h23 = __floats2bfloat162_rn(x.z, x.w);
+      __nv_bfloat162* hi = reinterpret_cast<__nv_bfloat162*>(sr_hi + f * L::LDSR + n0);
+      hi[0] = h01;
+      hi[1] = h23;
+      if (LO) {
+        const float2 r01 = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&h01)),
+                     r23 = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&h23));
+        __nv_bfloat162* lo = reinterpret_cast<__nv_bfloat162*>(sr_lo + f * L::LDSR + n0);
+        lo[0] = __floats2bfloat162_rn(x.x - r01.x, x.y - r01.y);
+        lo[1] = __floats2bfloat162_rn(x.z - r23.x, x.w - r23.y);
       }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      part[hf] += __shfl_xor_sync(0xffffffffu, part[hf], 1);
-      part[hf] += __shfl_xor_sync(0xffffffffu, part[hf], 2);
     }
-    if (tq == 0) {
-      cpart[nh * TILE + mt * 16 + g] = part[0];
-      cpart[nh * TILE + mt * 16 + g + 8] = part[1];
-    }
-    __syncthreads();  // every warp is past its reads of g's column D and has its share of c
-    float c_row[2];
+    for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
+
+    // ---- phase 1: dq, and dS' = Σ φ_qᵀ [g | −c] over this rank's tokens
+    float acc[O::UPW][O::NH][4] = {};
+    constexpr int TPT = O::THREADS / TILE;
+    const int my_t = threadIdx.x / TPT;  // this thread's token of a tile
+    T* phi_row = phi + my_t * O::LDPH;    // its row of the φ tile
+    const float* dphi_row = dphi + my_t * L::LDDP;
+    constexpr int CPL = TileFetch<T, D, TILE, O::THREADS>::CH;  // a thread's 16-byte chunks of its token
+    constexpr bool sums = SUMS;
+    const int64_t sum_row = int64_t(b) * ranks + rank;  // this CTA's row of P.grad_sums
+    float qsum[CPL] = {};
+    for (int t0 = begin; t0 < end; t0 += TILE) {
+      if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
+        fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
+        fg_next.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
+      }
+      fg.template commit<O::LDV>(gs, dinv);
+      const TokenStats stq = token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
+      __syncthreads();
+      // X = g Sᵀ over this warp's (16 tokens, F/2 features); the column D of g is still zero
+      float x[NHB][4] = {};
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = mt * 16 + g + hf * 8;
-      c_row[hf] = (cpart[r] + cpart[TILE + r]) * dinv[r];
-    }
+      for (int k0 = 0; k0 < O::Dp; k0 += 16) {
+        uint32_t a[4];
+        load_a<false>(a, gs, O::LDV, mt * 16, k0);                  // g: rows t
+        mma_row<NHB, false>(x, a, sr_hi, L::LDSR, nh * NHB * 8, k0);  // Sᵀ: S stored as rows f
+        if (LO) mma_row<NHB, false>(x, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+      }
+      // c_t = φ_q,t · X_t / den_t: this half's share per row, summed over the quad, halves in smem
+      float part[2] = {0.f, 0.f};
 #pragma unroll
-    for (int j = 0; j < NHB; ++j) {
-      const int f = nh * NHB * 8 + 8 * j + 2 * tq;
-      const float2 zf = *reinterpret_cast<const float2*>(zs + f);
+      for (int j = 0; j < NHB; ++j)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {  // the fragment's two adjacent columns as one bf16 pair
+          const int r = mt * 16 + g + hf * 8, f = nh * NHB * 8 + 8 * j + 2 * tq;
+          const float2 ph = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(phi + r * O::LDPH + f));
+          part[hf] += ph.x * x[j][2 * hf] + ph.y * x[j][2 * hf + 1];
+        }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        part[hf] += __shfl_xor_sync(0xffffffffu, part[hf], 1);
+        part[hf] += __shfl_xor_sync(0xffffffffu, part[hf], 2);
+      }
+      if (tq == 0) {
+        cpart[nh * TILE + mt * 16 + g] = part[0];
+        cpart[nh * TILE + mt * 16 + g + 8] = part[1];
+      }
+      __syncthreads();  // every warp is past its reads of g's column D and has its share of c
+      float c_row[2];
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = mt * 16 + g + hf * 8;
-        *reinterpret_cast<float2*>(dphi + r * L::LDDP + f) =
-            make_float2(x[j][2 * hf] - c_row[hf] * zf.x, x[j][2 * hf + 1] - c_row[hf] * zf.y);
+        c_row[hf] = (cpart[r] + cpart[TILE + r]) * dinv[r];
       }
+#pragma unroll
+      for (int j = 0; j < NHB; ++j) {
+        const int f = nh * NHB * 8 + 8 * j + 2 * tq;
+        const float2 zf = *reinterpret_cast<const float2*>(zs + f);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = mt * 16 + g + hf * 8;
+          *reinterpret_cast<float2*>(dphi + r * L::LDDP + f) =
+              make_float2(x[j][2 * hf] - c_row[hf] * zf.x, x[j][2 * hf + 1] - c_row[hf] * zf.y);
+        }
+      }
+      if (nh == 0 && tq == 0) {
+        gs[(mt * 16 + g) * O::LDV + D] = __float2bfloat16_rn(-c_row[0]);
+        gs[(mt * 16 + g + 8) * O::LDV + D] = __float2bfloat16_rn(-c_row[1]);
+      }
+      __syncthreads();
+      accumulate_state<D, FEAT>(acc, phi, gs);
+      token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t), sums, qsum);
+      __syncthreads();
+      fq = fq_next;
+      fg = fg_next;
     }
-    if (nh == 0 && tq == 0) {
-      gs[(mt * 16 + g) * O::LDV + D] = __float2bfloat16_rn(-c_row[0]);
-      gs[(mt * 16 + g + 8) * O::LDV + D] = __float2bfloat16_rn(-c_row[1]);
-    }
-    __syncthreads();
-    accumulate_state<D, FEAT>(acc, phi, gs);
-    token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t), sums, qsum);
-    __syncthreads();
-    fq = fq_next;
-    fg = fg_next;
-  }
-  if constexpr (SUMS) flush_column_sums<D>(qsum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 0, h);  // SUMS: past what store_partial writes
-  store_partial<D, FEAT>(acc, accs);
-  // the first k, v tile's loads fly through the reduce
-  const T* kp = static_cast<const T*>(P.k);
-  const T* vp = static_cast<const T*>(P.v);
-  TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
-  VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
-  fk.fetch(kp, P.k_stride, b, h, begin, end, true);
-  fv.fetch(vp, P.v_stride, b, h, begin, end);
-  reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
+    if constexpr (SUMS) flush_column_sums<D>(qsum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 0, h);  // SUMS: past what store_partial writes
+    store_partial<D, FEAT>(acc, accs);
+    // the first k, v tile's loads fly through the reduce
+    const T* kp = static_cast<const T*>(P.k);
+    const T* vp = static_cast<const T*>(P.v);
+    TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
+    VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
+    fk.fetch(kp, P.k_stride, b, h, begin, end, true);
+    fv.fetch(vp, P.v_stride, b, h, begin, end);
+    reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
 
-  // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
-  float ksum[CPL] = {}, vsum[CPL] = {};
-  for (int t0 = begin; t0 < end; t0 += TILE) {
-    if (t0 + TILE < end) {
-      fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
-      fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
-    }
-    fv.template commit<O::LDV>(gs);
-    const TokenStats stk = token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
-    __syncthreads();
-    float dv[O::NH][4] = {}, dp[NHB][4] = {};
+    // ---- phase 2: dv = φ_k dS / N and dk through dφ_k = [v | 1] dS'ᵀ / N for this rank's tokens
+    float ksum[CPL] = {}, vsum[CPL] = {};
+    for (int t0 = begin; t0 < end; t0 += TILE) {
+      if (t0 + TILE < end) {
+        fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
+        fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
+      }
+      fv.template commit<O::LDV>(gs);
+      const TokenStats stk = token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
+      __syncthreads();
+      float dv[O::NH][4] = {}, dp[NHB][4] = {};
 #pragma unroll
-    for (int k0 = 0; k0 < O::Fp; k0 += 16) {  // φ_k dS': B(k = f, n) stored as rows f
-      uint32_t a[4];
-      load_a<false>(a, phi, O::LDPH, mt * 16, k0);
-      mma_row<O::NH, true>(dv, a, sr_hi, L::LDSR, nh * O::NH * 8, k0);
-      if (LO) mma_row<O::NH, true>(dv, a, sr_lo, L::LDSR, nh * O::NH * 8, k0);
-    }
+      for (int k0 = 0; k0 < O::Fp; k0 += 16) {  // φ_k dS': B(k = f, n) stored as rows f
+        uint32_t a[4];
+        load_a<false>(a, phi, O::LDPH, mt * 16, k0);
+        mma_row<O::NH, true>(dv, a, sr_hi, L::LDSR, nh * O::NH * 8, k0);
+        if (LO) mma_row<O::NH, true>(dv, a, sr_lo, L::LDSR, nh * O::NH * 8, k0);
+      }
 #pragma unroll
-    for (int k0 = 0; k0 < O::NP; k0 += 16) {  // [v | 1] dS'ᵀ: B(k = n, f) stored as rows f
-      uint32_t a[4];
-      load_a<false>(a, gs, O::LDV, mt * 16, k0);
-      mma_row<NHB, false>(dp, a, sr_hi, L::LDSR, nh * NHB * 8, k0);
-      if (LO) mma_row<NHB, false>(dp, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+      for (int k0 = 0; k0 < O::NP; k0 += 16) {  // [v | 1] dS'ᵀ: B(k = n, f) stored as rows f
+        uint32_t a[4];
+        load_a<false>(a, gs, O::LDV, mt * 16, k0);
+        mma_row<NHB, false>(dp, a, sr_hi, L::LDSR, nh * NHB * 8, k0);
+        if (LO) mma_row<NHB, false>(dp, a, sr_lo, L::LDSR, nh * NHB * 8, k0);
+      }
+      __syncthreads();  // [v | 1] is read: its tile takes the dv staging; φ is read: its memory takes LePE's window
+      LepeRows lr{0, 0};
+      if constexpr (KS > 0) {
+        lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
+        lepe_stage_window<D, O::THREADS>(phi, P.grad_o, P.go_stride, P, b, h, lr);
+      }
+      // the next pair's first q, grad_o tiles and den, a group after the window's: they fly under this tile's work
+      const bool stage_next = next_q != nullptr && next < BH && t0 + TILE >= end;
+      if (stage_next) {
+        stage_first_tile<D, TILE, O::THREADS>(next_q, P.q, P.q_stride, next / P.H, next % P.H, begin, end);
+        stage_first_tile<D, TILE, O::THREADS>(next_q + TILE * D, P.grad_o, P.go_stride, next / P.H, next % P.H, begin, end);
+        stage_first_den<TILE, O::THREADS>(next_den, P.den + int64_t(next) * P.N, begin, end);
+        nala::cuda_async::cp_async_commit();
+      }
+      stage_bf16<D, O::NH, O::LDV>(dv, mt * 16, nh * O::NH * 8, gs, [&](int) { return P.inv_n; });
+      for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
+      if constexpr (KS > 0) {  // the window (not the next pair's tiles)
+        if (stage_next) nala::cuda_async::cp_async_wait<1>();
+        else nala::cuda_async::cp_async_wait<0>();
+      }
+      __syncthreads();
+      if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, taps, gs, b, h, t0, min(TILE, end - t0), sums ? gs : nullptr);
+      else copy_rows_out<D, O::LDV, TILE, O::THREADS>(grad_row(P.dv, P, b, h, t0), P.grad_stride[2], gs, end - t0);
+      token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, grad_row(P.dk, P, b, h, t0 + my_t), sums, ksum);
+      if constexpr (SUMS) {
+        if constexpr (KS > 0) __syncthreads();  // every row of gs holds dv as stored (lepe_rows_out's back)
+        tile_column_sums<D, O::LDV>(gs, my_t, t0 + my_t < end, vsum);
+      }
+      __syncthreads();
+      fk = fk_next;
+      fv = fv_next;
     }
-    __syncthreads();  // [v | 1] is read: its tile takes the dv staging; φ is read: its memory takes LePE's window
-    LepeRows lr{0, 0};
-    if constexpr (KS > 0) {
-      lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
-      lepe_stage_window<D, O::THREADS>(phi, P.grad_o, P.go_stride, P, b, h, lr);
-    }
-    stage_bf16<D, O::NH, O::LDV>(dv, mt * 16, nh * O::NH * 8, gs, [&](int) { return P.inv_n; });
-    for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
-    if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
-    __syncthreads();
-    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, true>(P, phi, lr, taps, gs, b, h, t0, min(TILE, end - t0), sums ? gs : nullptr);
-    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(grad_row(P.dv, P, b, h, t0), P.grad_stride[2], gs, end - t0);
-    token_features_backward<D, FEAT, TPT>(fk.raw, fk.src != nullptr, stk, dphi_row, P, false, grad_row(P.dk, P, b, h, t0 + my_t), sums, ksum);
     if constexpr (SUMS) {
-      if constexpr (KS > 0) __syncthreads();  // every row of gs holds dv as stored (lepe_rows_out's back)
-      tile_column_sums<D, O::LDV>(gs, my_t, t0 + my_t < end, vsum);
+      flush_column_sums<D>(ksum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 1, h);
+      flush_column_sums<D>(vsum, reinterpret_cast<float*>(sm + L::SUMS) + 8 * D, P, sum_row, 2, h);
     }
-    __syncthreads();
-    fk = fk_next;
-    fv = fv_next;
-  }
-  if constexpr (SUMS) {
-    flush_column_sums<D>(ksum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 1, h);
-    flush_column_sums<D>(vsum, reinterpret_cast<float*>(sm + L::SUMS) + 8 * D, P, sum_row, 2, h);
+    if constexpr (!PERSIST) break;
+    if (next < BH) __syncthreads();  // every read of this pair's shared memory is done before the next pair writes it
   }
 }
 

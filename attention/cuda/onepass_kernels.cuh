@@ -52,11 +52,12 @@ struct VTile {
   static constexpr int TPT = THREADS / TILE, CH = D / 8, CPL = (CH + TPT - 1) / TPT;
   uint4 raw[CPL];
   bool valid = false;
-  __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, int b, int h, int t0, int n_end) {
+  // staged: as TileFetch::fetch (the tile copied to shared memory by stage_first_tile)
+  __device__ void fetch(const __nv_bfloat16* base, const int64_t* stride, int b, int h, int t0, int n_end, const __nv_bfloat16* staged = nullptr) {
     const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT, n = t0 + t;
     valid = n < n_end;
     if (!valid) return;
-    const __nv_bfloat16* src = base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
+    const __nv_bfloat16* src = staged != nullptr ? staged + t * D : base + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {
       const int c = lane + k * TPT;
@@ -76,6 +77,21 @@ struct VTile {
       *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(c == CH && valid ? 0x3F80u : 0u, 0, 0, 0);
   }
 };
+
+// A persistent one-pass grid (P.slots) copies the next (batch, head) pair's first tiles to shared memory
+// (P.next_stage) under the current pair's last tile, by cp.async: no registers held across the tile.
+// stage_first_tile copies rows t0 … of a (B, H, N, D) bf16 input into stage (TILE rows of D, dense),
+// each thread the 16-byte chunks that the tile's fetch() reads (token threadIdx.x / TPT, chunks
+// lane + k·TPT), so that a thread reads back only its own copies (after cp_async_wait, no barrier).
+// No group is committed here.
+template <int D, int TILE, int THREADS>
+__device__ __forceinline__ void stage_first_tile(__nv_bfloat16* stage, const void* base, const int64_t* stride, int b, int h, int t0, int n_end) {
+  constexpr int TPT = THREADS / TILE, CH = D / 8;
+  const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT, n = t0 + t;
+  if (n >= n_end) return;
+  const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(base) + b * stride[0] + h * stride[1] + int64_t(n) * stride[2];
+  for (int c = lane; c < CH; c += TPT) nala::cuda_async::cp_async<16>(stage + t * D + c * 8, src + c * 8);
+}
 
 // Rows of D bf16 from a shared tile (leading dim LD) to an output whose first row is at out, rows
 // row_stride elements apart (16-byte aligned), 16 bytes a lane.
@@ -362,7 +378,11 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
 }
 
 // KS > 0: LePE in the output (P.lepe_ks == KS; the block above), u written instead of o.
-template <int D, int FEAT, int KS = 0>
+// A cluster takes the (batch, head) pairs bh = blockIdx.y, blockIdx.y + gridDim.y, … (P.slots: a
+// persistent grid; one pair a cluster where gridDim.y = B·H). With P.next_stage ≥ 0 a pair's first k
+// and v tiles are copied to shared memory under the previous pair's last q tile (stage_first_tile).
+// PERSIST false: the pair blockIdx.y alone (the loop's registers would spill in the one-pair kernels).
+template <int D, int FEAT, int KS = 0, bool PERSIST = false>
 __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
   using T = __nv_bfloat16;
@@ -375,76 +395,103 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
   T* st_hi = reinterpret_cast<T*>(sm + O::ST_HI);
   T* st_lo = reinterpret_cast<T*>(sm + O::ST_LO);
   float* dens = reinterpret_cast<float*>(sm + O::DEN);
-  const int bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+  T* next_k = PERSIST && P.next_stage >= 0 ? reinterpret_cast<T*>(sm + P.next_stage) : nullptr;  // the next pair's first k tile, then v's
+  const int BH = P.B * P.H;
   const int rank = blockIdx.x, ranks = gridDim.x;  // a cluster spans the grid's x dimension
   const int begin = rank * P.tokens_per_chunk, end = min(P.N, begin + P.tokens_per_chunk);
   const int warp = threadIdx.x / 32;
-  LepeTaps taps{nullptr, 0};
-  if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
-
-  // ---- phase 1: S' = Σ_i φ_k(k_i) [v_i | 1] over this rank's tokens
-  float acc[O::UPW][O::NH][4] = {};
   const T* kp = static_cast<const T*>(P.k);
   const T* vp = static_cast<const T*>(P.v);
+  const T* qp = static_cast<const T*>(P.q);
   constexpr int TPT = O::THREADS / TILE;
   T* phi_row = phi + threadIdx.x / TPT * O::LDPH;  // this thread's token row of the φ tile
-  TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
-  VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
-  fk.fetch(kp, P.k_stride, b, h, begin, end, true);
-  fv.fetch(vp, P.v_stride, b, h, begin, end);
-  for (int t0 = begin; t0 < end; t0 += TILE) {
-    if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
-      fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
-      fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
-    }
-    fv.template commit<O::LDV>(vs);
-    token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
-    __syncthreads();
-    accumulate_state<D, FEAT>(acc, phi, vs);
-    __syncthreads();
-    fk = fk_next;
-    fv = fv_next;
-  }
-  store_partial<D, FEAT>(acc, accs);
-  const T* qp = static_cast<const T*>(P.q);
-  TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
-  fq.fetch(qp, P.q_stride, b, h, begin, end, true);  // the first q tile's loads fly through the reduce
-  reduce_state<D, FEAT, true>(accs, st_hi, st_lo, O::LDPH, P.inv_n, P, bh, rank, ranks, P.S != nullptr);
+  for (int bh = blockIdx.y; bh < BH; bh += gridDim.y) {
+    const int b = bh / P.H, h = bh % P.H, next = bh + gridDim.y;
+    const bool staged = next_k != nullptr && bh != int(blockIdx.y);  // this pair's first tiles were staged
+    if (staged) nala::cuda_async::cp_async_wait<0>();
+    TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
+    VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
+    fk.fetch(kp, P.k_stride, b, h, begin, end, true, staged ? next_k : nullptr);
+    fv.fetch(vp, P.v_stride, b, h, begin, end, staged ? next_k + TILE * D : nullptr);
+    LepeTaps taps{nullptr, 0};
+    if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
 
-  // ---- phase 2: o = φ_q S / (φ_q z + ε) for this rank's tokens
-  const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
-  constexpr int DEN_HALF = D / (O::NH * 8), DEN_TILE = D % (O::NH * 8) / 8, DEN_COL = D % 8;
-  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  T* lepe_win = reinterpret_cast<T*>(sm + P.lepe_window);  // KS > 0: v's window (the front of shared memory or past BYTES)
-  for (int t0 = begin; t0 < end; t0 += TILE) {
-    if (t0 + TILE < end) fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
-    token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
-    __syncthreads();  // also: every thread is past the previous tile's window reads
-    LepeRows lr{0, 0};
-    if constexpr (KS > 0) {  // the window's copies fly under the products
-      lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
-      lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
+    // ---- phase 1: S' = Σ_i φ_k(k_i) [v_i | 1] over this rank's tokens
+    float acc[O::UPW][O::NH][4] = {};
+    // fk_next holds the next k tile's loads, and from the last k tile on the first q tile's (phase 2's
+    // fq: the same registers, no copy that would wait for them). P.early_q issues those under the last
+    // k tile's work: the partial store and the reduce alone did not hide them (Nsight Compute, NaLaDiT-S/2:
+    // ≈ 8 % of the forward's stall samples waited on the first q tile at φ_q).
+    for (int t0 = begin; t0 < end; t0 += TILE) {
+      const bool last = t0 + TILE >= end;
+      if (!last) {  // the next tile's loads fly while this one is worked on
+        fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
+        fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
+      } else if (P.early_q) {
+        fk_next.fetch(qp, P.q_stride, b, h, begin, end, true);
+      }
+      fv.template commit<O::LDV>(vs);
+      token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
+      __syncthreads();
+      accumulate_state<D, FEAT>(acc, phi, vs);
+      __syncthreads();
+      if (last) break;  // (a branch: the moves below would wait for the q loads)
+      fk = fk_next;
+      fv = fv_next;
     }
-    float c[O::NH][4] = {};
+    store_partial<D, FEAT>(acc, accs);
+    TileFetch<T, D, TILE, O::THREADS>& fq = fk_next;
+    TileFetch<T, D, TILE, O::THREADS> fq_next;
+    if (!P.early_q) fq.fetch(qp, P.q_stride, b, h, begin, end, true);  // the first q tile's loads fly through the reduce
+    reduce_state<D, FEAT, true>(accs, st_hi, st_lo, O::LDPH, P.inv_n, P, bh, rank, ranks, P.S != nullptr);
+
+    // ---- phase 2: o = φ_q S / (φ_q z + ε) for this rank's tokens
+    const int mt = warp % 4, nh = warp / 4;  // 4 m16 token tiles × 2 column halves
+    constexpr int DEN_HALF = D / (O::NH * 8), DEN_TILE = D % (O::NH * 8) / 8, DEN_COL = D % 8;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    T* lepe_win = reinterpret_cast<T*>(sm + P.lepe_window);  // KS > 0: v's window (the front of shared memory or past BYTES)
+    for (int t0 = begin; t0 < end; t0 += TILE) {
+      if (t0 + TILE < end) fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
+      token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
+      __syncthreads();  // also: every thread is past the previous tile's window reads
+      LepeRows lr{0, 0};
+      if constexpr (KS > 0) {  // the window's copies fly under the products
+        lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
+        lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
+      }
+      // the next pair's first k, v tiles, a group after the window's: they fly under this tile's work
+      const bool stage_next = next_k != nullptr && next < BH && t0 + TILE >= end;
+      if (stage_next) {
+        stage_first_tile<D, TILE, O::THREADS>(next_k, P.k, P.k_stride, next / P.H, next % P.H, begin, end);
+        stage_first_tile<D, TILE, O::THREADS>(next_k + TILE * D, P.v, P.v_stride, next / P.H, next % P.H, begin, end);
+        nala::cuda_async::cp_async_commit();
+      }
+      float c[O::NH][4] = {};
 #pragma unroll
-    for (int k0 = 0; k0 < O::Fp; k0 += 16) {
-      uint32_t a[4];
-      load_a<false>(a, phi, O::LDPH, mt * 16, k0);                       // φ_q: rows t
-      mma_row<O::NH, false>(c, a, st_hi, O::LDPH, nh * O::NH * 8, k0);  // S'ᵀ: rows n
-      mma_row<O::NH, false>(c, a, st_lo, O::LDPH, nh * O::NH * 8, k0);
+      for (int k0 = 0; k0 < O::Fp; k0 += 16) {
+        uint32_t a[4];
+        load_a<false>(a, phi, O::LDPH, mt * 16, k0);                       // φ_q: rows t
+        mma_row<O::NH, false>(c, a, st_hi, O::LDPH, nh * O::NH * 8, k0);  // S'ᵀ: rows n
+        mma_row<O::NH, false>(c, a, st_lo, O::LDPH, nh * O::NH * 8, k0);
+      }
+      if (nh == DEN_HALF && tq == DEN_COL / 2) {  // column D of φ_q S' is φ_q·z
+        dens[mt * 16 + g] = c[DEN_TILE][DEN_COL % 2] + P.eps;
+        dens[mt * 16 + g + 8] = c[DEN_TILE][2 + DEN_COL % 2] + P.eps;
+      }
+      __syncthreads();
+      stage_bf16<D, O::NH, O::LDV>(c, mt * 16, nh * O::NH * 8, vs, [&](int r) { return 1.f / dens[r]; });
+      if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
+      if constexpr (KS > 0) {  // the window (not the next pair's tiles)
+        if (stage_next) nala::cuda_async::cp_async_wait<1>();
+        else nala::cuda_async::cp_async_wait<0>();
+      }
+      __syncthreads();  // the o tile (and the window) visible to every thread
+      if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
+      else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o) + (int64_t(bh) * P.N + t0) * D, D, vs, end - t0);
+      fq = fq_next;
     }
-    if (nh == DEN_HALF && tq == DEN_COL / 2) {  // column D of φ_q S' is φ_q·z
-      dens[mt * 16 + g] = c[DEN_TILE][DEN_COL % 2] + P.eps;
-      dens[mt * 16 + g + 8] = c[DEN_TILE][2 + DEN_COL % 2] + P.eps;
-    }
-    __syncthreads();
-    stage_bf16<D, O::NH, O::LDV>(c, mt * 16, nh * O::NH * 8, vs, [&](int r) { return 1.f / dens[r]; });
-    if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
-    if constexpr (KS > 0) nala::cuda_async::cp_async_wait<0>();
-    __syncthreads();  // the o tile (and the window) visible to every thread
-    if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
-    else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o) + (int64_t(bh) * P.N + t0) * D, D, vs, end - t0);
-    fq = fq_next;
+    if constexpr (!PERSIST) break;
+    if (next < BH) __syncthreads();  // the last tile's o staging, window and taps are read before the next pair writes them
   }
 }
 

@@ -18,15 +18,18 @@ struct TileFetch {
   uint4 raw[CH];
   const T* src = nullptr;  // the token's row, or null past N
 
-  __device__ void fetch(const T* base, const int64_t* stride, int bh_b, int bh_h, int t0, int N, bool vec) {
+  // staged: the tile already copied to shared memory (rows of D, dense; this thread's own chunks,
+  // landed: the one-pass kernels' stage_first_tile), read from there instead of global memory
+  __device__ void fetch(const T* base, const int64_t* stride, int bh_b, int bh_h, int t0, int N, bool vec, const T* staged = nullptr) {
     const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
     const int n = t0 + t;
     src = n < N ? base + bh_b * stride[0] + bh_h * stride[1] + int64_t(n) * stride[2] : nullptr;
     if (!vec || src == nullptr) return;
+    const T* from = staged != nullptr ? staged + t * D : src;
 #pragma unroll
     for (int k = 0; k < CH; ++k) {
       const int c = lane + k * TPT;
-      if (c < D / V) raw[k] = *reinterpret_cast<const uint4*>(src + c * V);
+      if (c < D / V) raw[k] = *reinterpret_cast<const uint4*>(from + c * V);
     }
   }
   template <int LD>

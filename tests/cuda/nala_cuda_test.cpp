@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -167,6 +169,9 @@ class NalaCudaOnePass : public NalaCuda {
   void TearDown() override {
     set_nala_cuda_kernel(NalaCudaKernel::Auto);
     set_nala_onepass_backward_state(OnePassBackwardState::Auto);
+    set_nala_onepass_early_q(true);  // (the same-bits tests: restored even where an assertion throws)
+    set_nala_onepass_slots(-1);
+    set_nala_onepass_ranks(0);
     NalaCuda::TearDown();
   }
 };
@@ -207,6 +212,70 @@ TEST_F(NalaCudaOnePass, InferenceForwardEqualsTrainingForwardAndRepeats) {
   set_nala_cuda_kernel(NalaCudaKernel::Chunked);
   at::Tensor d = nala_attention(q, k, v);
   EXPECT_LE(rel_err(a, d), 1e-2);
+}
+
+// Every output of the one-pass kernels under each of `settings` (set(i) applies setting i) compared
+// bit for bit with setting 0's: o, S, z, den, the inference o, the gradients, and LePE's u with its S and
+// den and the backward with LePE (dq, dk, dv in qkvg's layout, the column sums), for one rank (no
+// cluster), clusters of 4 and the automatic split, d 64 and 72, N of whole tiles, of a last tile partly
+// past N, and of many tiles a rank.
+static void expect_same_bits(int settings, const std::function<void(int)>& set) {
+  const NalaOptions opt{};
+  int lepe_cases = 0;  // (the LePE forward compared at least once: it returns no u where it does not take the shape)
+  for (int ranks : {1, 4, 0}) {
+    set_nala_onepass_ranks(ranks);
+    for (int64_t d : {64, 72})
+      for (int64_t N : {256, 97, 3000}) {
+        at::Tensor q = at::randn({2, 3, N, d}, at::kCUDA).to(at::kBFloat16), k = at::randn_like(q), v = at::randn_like(q);  // (B, H, N, d)
+        at::Tensor go = at::randn_like(q);                                                                                  // (B, H, N, d)
+        at::Tensor w = at::randn({3 * d, 1, 5, 5}, at::kCUDA) * 0.1, bias = at::randn({3 * d}, at::kCUDA) * 0.1;          // LePE 5 × 5
+        std::vector<std::vector<at::Tensor>> out(settings);
+        for (int i = 0; i < settings; ++i) {
+          set(i);
+          const NalaForward f = nala_forward_cuda(q, k, v, opt, true), fi = nala_forward_cuda(q, k, v, opt, false);
+          at::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+          at::Tensor o = nala_attention(qg, kg, vg);  // (B, H, N, d)
+          o.backward(go);
+          out[i] = {f.o, f.S, f.z, f.den, fi.o, o.detach(), qg.grad(), kg.grad(), vg.grad()};
+          if (N == 256) {  // a 16 × 16 grid: LePE inside the forward where the kernel takes it
+            const NalaLepeForward l = nala_forward_lepe_cuda(q, k, v, opt, true, w, bias, 16, 16);
+            if (l.u.defined()) {
+              out[i].insert(out[i].end(), {l.u, l.state.S, l.state.den});
+              // and the backward with LePE's dv, into qkvg's layout as the gated block runs it, with the column sums (d 64)
+              at::Tensor buf = at::zeros({2, N, 4, 3, d}, q.options());                    // (B, N, 4, H, d)
+              auto head = [&](int64_t j) { return buf.select(2, j).transpose(1, 2); };  // (B, H, N, d)
+              at::Tensor sums;                                                            // (3, H, d)
+              nala_backward_cuda(q, k, v, l.state.S, l.state.z, l.state.den, go, opt, w, 16, 16, head(0), head(1), head(2), &sums);
+              out[i].push_back(buf);
+              if (sums.defined()) out[i].push_back(sums);
+              lepe_cases += i == 1;
+            }
+          }
+        }
+        for (int i = 1; i < settings; ++i) {
+          ASSERT_EQ(out[0].size(), out[i].size()) << "setting " << i << ", ranks " << ranks << ", d " << d << ", N " << N;
+          for (size_t j = 0; j < out[0].size(); ++j)
+            EXPECT_TRUE(at::equal(out[0][j], out[i][j])) << "setting " << i << ", ranks " << ranks << ", d " << d << ", N " << N << ", tensor " << j;
+        }
+      }
+  }
+  EXPECT_GT(lepe_cases, 0);
+}
+
+TEST_F(NalaCudaOnePass, EarlyQLoadsGiveTheSameBits) {
+  // NALA_ONEPASS_EARLY_Q moves only when the first q tile's loads are issued
+  expect_same_bits(2, [](int i) { set_nala_onepass_early_q(i == 1); });
+}
+
+TEST_F(NalaCudaOnePass, PersistentGridGivesTheSameBits) {
+  // NALA_ONEPASS_PERSISTENT: one cluster a (batch, head) pair (0), then grids that hold fewer clusters than
+  // the 6 pairs, each taking pairs in turn (one cluster all 6; 4 clusters, two of them a second pair), and
+  // as many as fit the GPU (−1); early q loads off and on
+  const int slots[] = {0, 1, 4, -1, 1};
+  expect_same_bits(5, [&](int i) {
+    set_nala_onepass_slots(slots[i]);
+    set_nala_onepass_early_q(i != 4);
+  });
 }
 
 TEST_F(NalaCudaOnePass, BackwardRepeatsAndTakesEitherForwardsState) {
