@@ -133,11 +133,15 @@ EnvChoice<int> g_onepass_ranks{"NALA_ONEPASS_RANKS", {{"auto", 0}, {"1", 1}, {"2
 // bit for bit: only when the loads fly differs (docs/benchmarks.md, forty-first session).
 EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {}};
 
-// NALA_ONEPASS_PERSISTENT=1 (default) | 0: the one-pass kernels' grids (head dim 64, the nala maps)
-// hold as many clusters as fit the GPU at once, each taking (batch, head) pairs in turn and copying
-// the next pair's first tiles to shared memory under the current pair's last tile (1), or one
-// cluster a pair (0). The same results bit for bit. set_nala_onepass_slots overrides it with a count (tests).
-EnvChoice<bool> g_persistent{"NALA_ONEPASS_PERSISTENT", {{"1", true}, {"0", false}}, {}};
+// NALA_ONEPASS_PERSISTENT=0 (default) | forward | all: which one-pass kernels (head dim 64, the nala
+// maps) run as a persistent grid, as many clusters as fit the GPU at once, each taking (batch, head)
+// pairs in turn and copying the next pair's first tiles to shared memory under the current pair's last
+// tile; the others take one cluster a pair. The same results bit for bit. On an H100 (docs/benchmarks.md,
+// forty-second session) the persistent forward alone was 2-4 % faster (nala bench attention), the
+// persistent backward 10 % slower (its loop costs registers: spills) and NaLaDiT-S/2's step with both
+// 1.2 ms longer; `forward` alone has not been timed in a step. set_nala_onepass_slots overrides it (tests).
+enum class Persistent { None, Forward, All };
+EnvChoice<Persistent> g_persistent{"NALA_ONEPASS_PERSISTENT", {{"0", Persistent::None}, {"forward", Persistent::Forward}, {"all", Persistent::All}}, {}};
 std::optional<int> g_slots;
 
 // The one-pass forward's cluster: the fewest ranks (CTAs per (batch, head), 1..8) that give the
@@ -167,7 +171,8 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   p.chunks = ranks;
   p.tokens_per_chunk = per_rank;
   p.early_q = g_early_q.get();
-  p.slots = g_slots ? *g_slots : (g_persistent.get() ? -1 : 0);
+  p.slots = g_slots ? *g_slots : (g_persistent.get() == Persistent::None ? 0 : -1);
+  p.persist_backward = g_slots ? *g_slots != 0 : g_persistent.get() == Persistent::All;
   return true;
 }
 
@@ -213,9 +218,9 @@ void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
 void set_nala_onepass_early_q(bool on) { g_early_q.value = on; }
-void set_nala_onepass_slots(int slots) {
-  TORCH_CHECK(slots >= -1, "set_nala_onepass_slots: -1 (NALA_ONEPASS_PERSISTENT), 0 (one cluster a pair) or a count, got ", slots);
-  g_slots = slots < 0 ? std::nullopt : std::optional<int>(slots);
+void set_nala_onepass_slots(std::optional<int> slots) {
+  TORCH_CHECK(!slots || *slots >= -1, "set_nala_onepass_slots: -1 (as many as fit), 0 (one cluster a pair) or a count, got ", *slots);
+  g_slots = slots;
 }
 void set_nala_onepass_ranks(int ranks) {
   TORCH_CHECK(ranks == 0 || ranks == 1 || ranks == 2 || ranks == 4 || ranks == 8, "set_nala_onepass_ranks: 0 (the rule), 1, 2, 4 or 8, got ", ranks);

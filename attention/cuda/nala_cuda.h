@@ -2,6 +2,7 @@
 // check every argument, allocate outputs and saved state, choose the sequence split, fill the
 // plain parameter struct and launch on the current stream.
 #pragma once
+#include <optional>
 #include <tuple>
 
 #include <ATen/core/Tensor.h>
@@ -75,8 +76,9 @@ void set_nala_onepass_ranks(int ranks);
 // Whether the one-pass forward issues its first q tile's loads under the last k tile's work
 // (NALA_ONEPASS_EARLY_Q, default on; tests).
 void set_nala_onepass_early_q(bool on);
-// The one-pass kernels' grids (tests): -1 as NALA_ONEPASS_PERSISTENT sets it (default: as many clusters
-// as fit the GPU, each taking (batch, head) pairs in turn), 0 one cluster a pair, n > 0 n clusters.
-void set_nala_onepass_slots(int slots);
+// The one-pass kernels' grids (tests), forward and backward: 0 one cluster a (batch, head) pair, n > 0
+// n clusters each taking pairs in turn, −1 as many as fit the GPU at once; nullopt as
+// NALA_ONEPASS_PERSISTENT sets it (default: one cluster a pair).
+void set_nala_onepass_slots(std::optional<int> slots);
 
 }  // namespace nala::attention

@@ -164,7 +164,7 @@ static void onepass_forward(const NalaKernelParams& P, cudaStream_t st) {
 template <int D, int FEAT>
 static void onepass(const NalaKernelParams& P, cudaStream_t st, bool forward) {
   if constexpr (FEAT == 2 && D == 64) {
-    if (P.slots != 0) {
+    if (P.slots != 0 && (forward || P.persist_backward)) {
       if (forward) onepass_forward<D, FEAT, true>(P, st);
       else if (P.state_lo) onepass_backward_lo<D, FEAT, true, true>(P, st);
       else onepass_backward_lo<D, FEAT, false, true>(P, st);

@@ -57,6 +57,7 @@ struct NalaKernelParams {
   int slots = 0;             // one-pass kernels: clusters the grid holds (its y dimension), each taking (batch, head)
                              // pairs bh = blockIdx.y + i·gridDim.y in turn: n > 0 n of them, −1 as many as fit the GPU
                              // at once, 0 one cluster a pair (NALA_ONEPASS_PERSISTENT)
+  bool persist_backward = false;  // the backward takes slots too (else one cluster a pair)
   int next_stage = -1;       // one-pass kernels, set by the launch: the byte of shared memory where a persistent grid
                              // stages the next pair's first tiles, or −1 (nala_onepass.cu onepass_next_stage)
   DType dtype = DType::F32;

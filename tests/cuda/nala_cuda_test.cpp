@@ -170,7 +170,7 @@ class NalaCudaOnePass : public NalaCuda {
     set_nala_cuda_kernel(NalaCudaKernel::Auto);
     set_nala_onepass_backward_state(OnePassBackwardState::Auto);
     set_nala_onepass_early_q(true);  // (the same-bits tests: restored even where an assertion throws)
-    set_nala_onepass_slots(-1);
+    set_nala_onepass_slots(std::nullopt);
     set_nala_onepass_ranks(0);
     NalaCuda::TearDown();
   }
