@@ -53,6 +53,12 @@ def main():
     total_s = sum(e["samples"] for e in lines.values()) or 1.0
     total_i = sum(e["instr"] for e in lines.values()) or 1.0
     print(f"### {a.csv}: {total_s:.0f} stall samples, {total_i:.3g} warp instructions")
+    # the whole kernel's stall reasons (e.g. no_instruction: instruction-cache misses of a large kernel)
+    reasons = collections.Counter()
+    for e in lines.values():
+        reasons.update(e["stalls"])
+    print("stall reasons, % of samples: " + ", ".join(f"{k} {v / total_s * 100:.1f}" for k, v in reasons.most_common(8)))
+    print()
     print("| samples % | instructions % | line | source | main stalls |\n|---|---|---|---|---|")
     for (f, n), e in sorted(lines.items(), key=lambda kv: -kv[1]["samples"])[: a.top]:
         top = ", ".join(f"{k} {v / e['samples'] * 100:.0f}%" for k, v in e["stalls"].most_common(2)) if e["samples"] else ""
