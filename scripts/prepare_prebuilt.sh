@@ -6,21 +6,27 @@
 # 2026-12-03) when the digest matches and the binary runs there; otherwise it builds as `build` does.
 # The Python package's operator library is not in it (the package step needs `build`).
 #   bash scripts/prepare_prebuilt.sh        (after scripts/setup.sh; then carry [".carry"])
-# --baseline first keeps the libraries of the prebuilt already there (lib/*.so and its prebuilt.txt)
-# as .carry/baseline-lib.tar.xz, the baseline that scripts/device_steps/ab-lib.sh times a kernel
-# change against in one call; then it packs this tree as usual.
+# --baseline first keeps the libraries of the prebuilt already there (those of lib/*.so that differ from
+# this build's, and its prebuilt.txt) as .carry/baseline-lib.tar.xz, the baseline that
+# scripts/device_steps/ab-lib.sh times a kernel change against in one call; then it packs this tree as usual.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+b=$root/build
 if [ "${1:-}" = --baseline ]; then
   [ -f "$root/.carry/prebuilt.tar.xz" ] || { echo "prepare_prebuilt: no .carry/prebuilt.tar.xz to keep as the baseline" >&2; exit 1; }
   keep=$(mktemp -d)
   tar xJf "$root/.carry/prebuilt.tar.xz" -C "$keep" prebuilt.txt lib
+  # only the libraries this build changes: ab-lib puts the baseline's lib/ first on the library path, so an
+  # identical library need not travel (the whole set, ≈ 21 MB, took a call's tree past 64 MiB, 2026-12-07)
+  ninja -C "$b" nala > /dev/null 2>&1 || true
+  for f in "$keep"/lib/*.so; do
+    cmp -s "$f" "$b/lib/$(basename "$f")" && rm -f "$f"
+  done
   tar cJf "$root/.carry/baseline-lib.tar.xz.tmp" -C "$keep" prebuilt.txt lib
   mv "$root/.carry/baseline-lib.tar.xz.tmp" "$root/.carry/baseline-lib.tar.xz"
-  echo "baseline: $(sed -n 2p "$keep/prebuilt.txt") ($(du -h "$root/.carry/baseline-lib.tar.xz" | cut -f1)) -> .carry/baseline-lib.tar.xz"
+  echo "baseline: $(sed -n 2p "$keep/prebuilt.txt"), $(ls "$keep/lib" | paste -sd' ') ($(du -h "$root/.carry/baseline-lib.tar.xz" | cut -f1)) -> .carry/baseline-lib.tar.xz"
   rm -rf "$keep"
 fi
-b=$root/build
 [ -f "$b/build.ninja" ] || { echo "prepare_prebuilt: no build in $b (run scripts/setup.sh)" >&2; exit 1; }
 grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$b/CMakeCache.txt" || { echo "prepare_prebuilt: $b is not a Release build" >&2; exit 1; }
 archs=$(sed -n 's/^NALA_CUDA_ARCHS:[A-Z]*=//p' "$b/CMakeCache.txt")   # unset: cmake/torch.cmake's default, 90
