@@ -12,13 +12,18 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 b=$root/build
+[ -f "$b/build.ninja" ] || { echo "prepare_prebuilt: no build in $b (run scripts/setup.sh)" >&2; exit 1; }
+grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$b/CMakeCache.txt" || { echo "prepare_prebuilt: $b is not a Release build" >&2; exit 1; }
+archs=$(sed -n 's/^NALA_CUDA_ARCHS:[A-Z]*=//p' "$b/CMakeCache.txt")   # unset: cmake/torch.cmake's default, 90
+[ -z "$archs" ] || [ "$archs" = 90 ] || { echo "prepare_prebuilt: $b is built for CUDA archs $archs, the H200 needs 90" >&2; exit 1; }
+ninja -C "$b" nala nala_testtool nala_cuda_tests > /tmp/prepare_prebuilt.log 2>&1 || { tail -30 /tmp/prepare_prebuilt.log >&2; echo "prepare_prebuilt: the build failed" >&2; exit 1; }
+"$b/nala" --version | grep -q "built with CUDA kernels: yes" || { echo "prepare_prebuilt: $b/nala has no CUDA kernels (no nvcc at configure time?)" >&2; exit 1; }
 if [ "${1:-}" = --baseline ]; then
   [ -f "$root/.carry/prebuilt.tar.xz" ] || { echo "prepare_prebuilt: no .carry/prebuilt.tar.xz to keep as the baseline" >&2; exit 1; }
   keep=$(mktemp -d)
   tar xJf "$root/.carry/prebuilt.tar.xz" -C "$keep" prebuilt.txt lib
-  # only the libraries this build changes: ab-lib puts the baseline's lib/ first on the library path, so an
-  # identical library need not travel (the whole set, ≈ 21 MB, took a call's tree past 64 MiB, 2026-12-07)
-  ninja -C "$b" nala > /dev/null 2>&1 || true
+  # only the libraries this build changes (built above): ab-lib puts the baseline's lib/ first on the library
+  # path, so an identical library need not travel (the whole set, ≈ 21 MB, took a call's tree past 64 MiB, 2026-12-07)
   for f in "$keep"/lib/*.so; do
     cmp -s "$f" "$b/lib/$(basename "$f")" && rm -f "$f"
   done
@@ -27,12 +32,6 @@ if [ "${1:-}" = --baseline ]; then
   echo "baseline: $(sed -n 2p "$keep/prebuilt.txt"), $(ls "$keep/lib" | paste -sd' ') ($(du -h "$root/.carry/baseline-lib.tar.xz" | cut -f1)) -> .carry/baseline-lib.tar.xz"
   rm -rf "$keep"
 fi
-[ -f "$b/build.ninja" ] || { echo "prepare_prebuilt: no build in $b (run scripts/setup.sh)" >&2; exit 1; }
-grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$b/CMakeCache.txt" || { echo "prepare_prebuilt: $b is not a Release build" >&2; exit 1; }
-archs=$(sed -n 's/^NALA_CUDA_ARCHS:[A-Z]*=//p' "$b/CMakeCache.txt")   # unset: cmake/torch.cmake's default, 90
-[ -z "$archs" ] || [ "$archs" = 90 ] || { echo "prepare_prebuilt: $b is built for CUDA archs $archs, the H200 needs 90" >&2; exit 1; }
-ninja -C "$b" nala nala_testtool nala_cuda_tests > /tmp/prepare_prebuilt.log 2>&1 || { tail -30 /tmp/prepare_prebuilt.log >&2; echo "prepare_prebuilt: the build failed" >&2; exit 1; }
-"$b/nala" --version | grep -q "built with CUDA kernels: yes" || { echo "prepare_prebuilt: $b/nala has no CUDA kernels (no nvcc at configure time?)" >&2; exit 1; }
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/tests" "$stage/lib"
