@@ -29,6 +29,8 @@ void check_options(const NalaOptions& opt, const char* who) {
   TORCH_CHECK(!nala_variant || opt.lambda * opt.tau >= 1.0, who, ": the query power p = lambda*(tau + tanh n) must stay >= 1; ",
               "lambda*tau = ", opt.lambda * opt.tau);
   TORCH_CHECK(opt.eps > 0 && opt.eps_norm > 0, who, ": eps and eps_norm must be positive, got ", opt.eps, ", ", opt.eps_norm);
+  // the CUDA kernels take 1/max(n, ε_n) in float: below ≈ 2.9e-39 it overflows (∞·0 = NaN for a zero token)
+  TORCH_CHECK(opt.eps_norm >= 1e-30, who, ": eps_norm must be >= 1e-30 (its float reciprocal must be finite), got ", opt.eps_norm);
 }
 
 bool nala_cuda_kernels_available() {

@@ -90,6 +90,13 @@ template <bool FAST> __device__ __forceinline__ void sincos_quarter(float th, fl
   *s = th * fmaf(t2, fmaf(t2, 1.f / 120.f, -1.f / 6.f), 1.f);
   *c = fmaf(t2, fmaf(t2, fmaf(t2, -1.f / 720.f, 1.f / 24.f), -0.5f), 1.f);
 }
+// sin and cos of θ = (π/4)·t for t ∈ [−1, 1] (t = tanh(α x̂)): sincos_quarter's polynomials with π/4
+// folded into their coefficients (c = π/4: c, c³/6, c⁵/5!; c²/2, c⁴/4!, c⁶/6!), one multiply fewer
+__device__ __forceinline__ void sincos_quarter_turn(float t, float* s, float* c) {
+  const float t2 = t * t;
+  *s = t * fmaf(t2, fmaf(t2, 0.0024903946f, -0.080745512f), 0.78539816f);
+  *c = fmaf(t2, fmaf(t2, fmaf(t2, -0.00032599189f, 0.015854344f), -0.30842514f), 1.f);
+}
 // |x|^e for the key power: λ = 3 (the default) is |x|·x·x, no special-function unit
 template <bool FAST> __device__ __forceinline__ float key_pow(float b, float e) {
   return e == 3.f ? b * b * b : pow_pos<FAST>(b, e);
@@ -118,6 +125,32 @@ __device__ __forceinline__ void feature_of(float xj, const TokenStats& st, const
       f0 = a * cs;
       f1 = a * sn;
     }
+  }
+}
+
+// The one-pass kernels' φ of one element for the nala maps (bf16 inputs): feature_of's math with the
+// token's constants folded in: ainv = α / max(n, ε_n) (θ = (π/4) tanh(ainv·x)) and, for a query,
+// plinv = p·log2(1 / max(n, ε_n)), so |x̂|^p = 2^(p·log2|x| + plinv) (x̂ itself is never formed). No test
+// for x = 0: log2 0 = −∞ and 2^−∞ = 0 (PTX ISA, lg2.approx and ex2.approx), as p ≥ 1 (check_options).
+struct NalaTokenConsts {
+  float ainv, plinv;
+};
+__device__ __forceinline__ NalaTokenConsts nala_token_consts(const TokenStats& st, const NalaKernelParams& P, bool query) {
+  return {P.alpha * st.inv, query ? st.p * lg2_approx(st.inv) : 0.f};
+}
+// CUBE (a key, λ = 3, the default): |x|³ with no test of λ an element (token_features tests it once a token).
+template <KernelMap MAP, bool CUBE = false>
+__device__ __forceinline__ void nala_feature_fast(float xj, const TokenStats& st, const NalaTokenConsts& tc, bool query, float& f0, float& f1) {
+  const float b = fabsf(xj);
+  const float a = query ? ex2_approx(fmaf(st.p, lg2_approx(b), tc.plinv)) : CUBE ? b * b * b : key_pow<true>(b, st.p);
+  if constexpr (MAP == KernelMap::NalaRelu) {
+    f0 = xj > 0.f ? a : 0.f;
+    f1 = xj < 0.f ? a : 0.f;
+  } else {
+    float sn, cs;
+    sincos_quarter_turn(f_tanh<true>(tc.ainv * xj), &sn, &cs);
+    f0 = a * cs;
+    f1 = a * sn;
   }
 }
 
@@ -163,7 +196,8 @@ __device__ __forceinline__ void features_forward(const float* xs, PhiT* phi, con
 // The one-pass kernels' feature map: one token's φ straight from its bf16 elements in registers
 // (this lane's 16-byte chunks c = lane + TPT·k of the row, as TileFetch loaded them), written as
 // bf16 into its φ row (F columns, zero pads up to Fp) in 16-byte stores; an invalid token (past
-// the range) gets a zero row. Math as features_forward with the fast intrinsics (bf16 inputs).
+// the range) gets a zero row. Math as features_forward with the fast intrinsics (bf16 inputs); the
+// nala maps through nala_feature_fast.
 // Returns the token's statistics (token_features_backward takes them).
 template <int D, int FEAT, int TPT, int CPL>
 __device__ __forceinline__ TokenStats token_features(const uint4 (&raw)[CPL], bool valid, __nv_bfloat16* row, const NalaKernelParams& P,
@@ -187,26 +221,39 @@ __device__ __forceinline__ TokenStats token_features(const uint4 (&raw)[CPL], bo
     for (int u = 0; u < 8; ++u) sums.add(x[k][u], focused, P.focus_power);
   }
   const TokenStats st = sums.finish(P, query, focused);
-  with_map<FEAT>(P.map, [&](auto tag) {
+  const NalaTokenConsts tc = FEAT == 2 ? nala_token_consts(st, P, query) : NalaTokenConsts{0.f, 0.f};
+  // a key's power λ tested once here, not an element (λ = 3: the loop with |x|³ inlined)
+  const auto maps = [&](auto cube) {
+    with_map<FEAT>(P.map, [&](auto tag) {
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) {
-      const int c = lane + k * TPT;
-      if (c >= CH) continue;
-      uint4 p0, p1;
-      __nv_bfloat162* o0 = reinterpret_cast<__nv_bfloat162*>(&p0);
-      __nv_bfloat162* o1 = reinterpret_cast<__nv_bfloat162*>(&p1);
+      for (int k = 0; k < CPL; ++k) {
+        const int c = lane + k * TPT;
+        if (c >= CH) continue;
+        uint4 p0, p1;
+        __nv_bfloat162* o0 = reinterpret_cast<__nv_bfloat162*>(&p0);
+        __nv_bfloat162* o1 = reinterpret_cast<__nv_bfloat162*>(&p1);
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        float a0, a1, b0, b1;
-        feature_of<decltype(tag)::value, true>(x[k][2 * u], st, P, query, a0, a1);
-        feature_of<decltype(tag)::value, true>(x[k][2 * u + 1], st, P, query, b0, b1);
-        o0[u] = valid ? __floats2bfloat162_rn(a0, b0) : __floats2bfloat162_rn(0.f, 0.f);
-        o1[u] = valid ? __floats2bfloat162_rn(a1, b1) : __floats2bfloat162_rn(0.f, 0.f);
+        for (int u = 0; u < 4; ++u) {
+          float a0, a1, b0, b1;
+          if constexpr (FEAT == 2) {
+            nala_feature_fast<decltype(tag)::value, decltype(cube)::value>(x[k][2 * u], st, tc, query, a0, a1);
+            nala_feature_fast<decltype(tag)::value, decltype(cube)::value>(x[k][2 * u + 1], st, tc, query, b0, b1);
+          } else {
+            feature_of<decltype(tag)::value, true>(x[k][2 * u], st, P, query, a0, a1);
+            feature_of<decltype(tag)::value, true>(x[k][2 * u + 1], st, P, query, b0, b1);
+          }
+          // an invalid token's x is 0, so the nala maps' φ is 0 already (|x̂|^p = 0); elu's is not
+          const bool keep = FEAT == 2 || valid;
+          o0[u] = keep ? __floats2bfloat162_rn(a0, b0) : __floats2bfloat162_rn(0.f, 0.f);
+          o1[u] = keep ? __floats2bfloat162_rn(a1, b1) : __floats2bfloat162_rn(0.f, 0.f);
+        }
+        *reinterpret_cast<uint4*>(row + 8 * c) = p0;
+        if (FEAT == 2) *reinterpret_cast<uint4*>(row + D + 8 * c) = p1;
       }
-      *reinterpret_cast<uint4*>(row + 8 * c) = p0;
-      if (FEAT == 2) *reinterpret_cast<uint4*>(row + D + 8 * c) = p1;
-    }
-  });
+    });
+  };
+  if (FEAT == 2 && !query && st.p == 3.f) maps(std::true_type{});
+  else maps(std::false_type{});
   for (int c = FEAT * D / 8 + lane; c < Fp / 8; c += TPT) *reinterpret_cast<uint4*>(row + 8 * c) = make_uint4(0, 0, 0, 0);
   return st;
 }
@@ -262,13 +309,15 @@ __device__ __forceinline__ int warp_sum_channel(int lane, int j) { return 8 * (l
 // One element's share of the nala / nala-relu backward (docs/nala_attention.md §3): from
 // g0 = ∂L/∂φ0_j, g1 = ∂L/∂φ1_j, the gradient with respect to x̂_j (gxh), the key power's direct
 // term (direct; 0 for a query) and the query's ∂L/∂p term added to gp.
-template <bool FAST, bool RELU>
+// CUBE (a key, λ = 3): a = |x|³ and a/|x| = |x|² with no test of λ and no division an element.
+template <bool FAST, bool RELU, bool CUBE = false>
 __device__ __forceinline__ void nala_element_backward(float xj, const TokenStats& st, float g0, float g1, const NalaKernelParams& P,
                                                       bool query, float& gxh, float& direct, float& gp) {
   const float xh = xj * st.inv;
   const float sg = query ? xh : xj;
   const float base = fabsf(sg);
-  const float a = query ? pow_pos<FAST>(base, st.p) : key_pow<FAST>(base, st.p);
+  const bool cube = CUBE && !query;
+  const float a = query ? pow_pos<FAST>(base, st.p) : cube ? base * base * base : key_pow<FAST>(base, st.p);
   float dA;
   gxh = 0.f;
   if constexpr (RELU) {
@@ -280,7 +329,7 @@ __device__ __forceinline__ void nala_element_backward(float xj, const TokenStats
     dA = g0 * cs + g1 * sn;
     gxh = a * (g1 * cs - g0 * sn) * 0.78539816f * P.alpha * (1.f - tt * tt);
   }
-  const float a_over_base = FAST ? __fdividef(a, base) : a / base;  // |s|^(p-1)
+  const float a_over_base = cube ? base * base : FAST ? __fdividef(a, base) : a / base;  // |s|^(p-1)
   const float dpow = base > 0.f ? dA * st.p * a_over_base * (sg > 0.f ? 1.f : -1.f) : 0.f;
   direct = 0.f;
   if (query) {
@@ -288,6 +337,26 @@ __device__ __forceinline__ void nala_element_backward(float xj, const TokenStats
     if (base > 0.f) gp += dA * a * f_log<FAST>(base);
   } else {
     direct = dpow;
+  }
+}
+
+// A query element's share of the nala / nala-relu backward (as nala_element_backward, query) from its
+// φ values f0, f1 as stored (nala: a·cos θ, a·sin θ; nala-relu: a where x̂ > 0, a where x̂ < 0):
+//   ∂L/∂a · a = g0 f0 + g1 f1,   a·(g1 cos θ − g0 sin θ) = g1 f0 − g0 f1,
+//   ∂L/∂x̂ ∋ p |x̂|^(p−1) sign(x̂) ∂L/∂a = p (∂L/∂a · a) / x̂,   ∂L/∂p ∋ (∂L/∂a · a) ln |x̂|,
+// so neither the power nor θ's sine and cosine is computed again; the products used φ as bf16 too.
+template <bool RELU>
+__device__ __forceinline__ void nala_query_backward_from_phi(float xh, float f0, float f1, const TokenStats& st, float g0, float g1,
+                                                             const NalaKernelParams& P, float& gxh, float& gp) {
+  const float dAa = g0 * f0 + g1 * f1;
+  gxh = 0.f;
+  if constexpr (!RELU) {
+    const float tt = f_tanh<true>(P.alpha * xh);
+    gxh = (g1 * f0 - g0 * f1) * 0.78539816f * P.alpha * (1.f - tt * tt);
+  }
+  if (xh != 0.f) {  // |x̂|^p and its gradient are 0 at x̂ = 0 (p ≥ 1: check_options)
+    gxh += __fdividef(dAa * st.p, xh);
+    gp += dAa * f_log<true>(fabsf(xh));
   }
 }
 
@@ -301,10 +370,15 @@ __device__ __forceinline__ void nala_element_backward(float xj, const TokenStats
 //   nala:    dx_j = e_j + x_j·c with e_j = ∂L/∂x̂_j / max(n, ε_n) + direct_j and, for n > ε_n,
 //            c = (gn − Σ x̂·∂L/∂x̂ / n) / n, else c = gn / n (0 at n = 0): features_backward's two
 //            branches with the common factor taken out.
-template <int D, int FEAT, int TPT, int CPL>
+// FROM_PHI (FEAT = 2, a query only): phi_row is the token's φ row as token_features wrote it (bf16, what
+// the products read); a·cos θ and a·sin θ come from it (nala_query_backward_from_phi) instead of being
+// computed again in fp32 (nala_element_backward).
+// FEAT = 1 instances hold the elu / relu / focused code only, FEAT = 2 the nala maps' (with_map): a
+// kernel carries no code for maps it never runs.
+template <int D, int FEAT, int TPT, bool FROM_PHI = false, int CPL>
 __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL], bool valid, const TokenStats& st, const float* grow,
                                                         const NalaKernelParams& P, bool query, __nv_bfloat16* out_row, bool sum,
-                                                        float (&acc)[CPL]) {
+                                                        float (&acc)[CPL], const __nv_bfloat16* phi_row = nullptr) {
   constexpr int CH = D / 8;
   const int lane = threadIdx.x % TPT;
   float e[CPL][8];
@@ -314,7 +388,7 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
     return valid && lane + k * TPT < CH ? (u % 2 ? __high2float(pr) : __low2float(pr)) : 0.f;
   };
   const auto gval = [&](int k, int u, int part) { return grow[part * D + 8 * (lane + k * TPT) + u]; };
-  if (P.map == KernelMap::Elu || P.map == KernelMap::Relu) {
+  if (FEAT == 1 && (P.map == KernelMap::Elu || P.map == KernelMap::Relu)) {
 #pragma unroll
     for (int k = 0; k < CPL; ++k)
 #pragma unroll
@@ -323,7 +397,7 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
         const float xj = xval(k, u), g = gval(k, u, 0);
         e[k][u] = P.map == KernelMap::Elu ? g * (xj > 0.f ? 1.f : __expf(xj)) : (xj > 0.f ? g : 0.f);
       }
-  } else if (P.map == KernelMap::Focused) {
+  } else if (FEAT == 1) {  // focused
     const float pw = P.focus_power;
     float G = 0.f;
 #pragma unroll
@@ -351,21 +425,42 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
       }
   } else {
     float dot = 0.f, gp = 0.f;
-    const auto elements = [&](auto relu) {
+    const auto elements = [&](auto relu, auto cube) {
 #pragma unroll
-      for (int k = 0; k < CPL; ++k)
+      for (int k = 0; k < CPL; ++k) {
+        if (lane + k * TPT >= CH) continue;
+        uint4 praw[2];  // the φ row's chunk (phi_row), both halves, unpacked element by element
+        if constexpr (FROM_PHI) {
+          praw[0] = *reinterpret_cast<const uint4*>(phi_row + 8 * (lane + k * TPT));
+          praw[1] = *reinterpret_cast<const uint4*>(phi_row + D + 8 * (lane + k * TPT));
+        }
+        const auto fval = [&](int part, int u) {
+          const __nv_bfloat162 pr = reinterpret_cast<const __nv_bfloat162*>(&praw[part])[u / 2];
+          return u % 2 ? __high2float(pr) : __low2float(pr);
+        };
 #pragma unroll
         for (int u = 0; u < 8; ++u) {
-          if (lane + k * TPT >= CH) continue;
           const float xj = xval(k, u);
-          float gxh, direct;
-          nala_element_backward<true, decltype(relu)::value>(xj, st, gval(k, u, 0), gval(k, u, 1), P, query, gxh, direct, gp);
+          float gxh, direct = 0.f;
+          if constexpr (FROM_PHI)
+            nala_query_backward_from_phi<decltype(relu)::value>(xj * st.inv, fval(0, u), fval(1, u), st, gval(k, u, 0), gval(k, u, 1), P, gxh, gp);
+          else
+            nala_element_backward<true, decltype(relu)::value, decltype(cube)::value>(xj, st, gval(k, u, 0), gval(k, u, 1), P, query, gxh,
+                                                                                      direct, gp);
           dot += xj * st.inv * gxh;
           e[k][u] = gxh * st.inv + direct;
         }
+      }
     };
-    if (P.map == KernelMap::NalaRelu) elements(std::true_type{});
-    else elements(std::false_type{});
+    // a key's power λ tested once a token (λ = 3: |x|³ and |x|² inlined), not an element
+    const bool cube = !FROM_PHI && !query && st.p == 3.f;
+    if (P.map == KernelMap::NalaRelu) {
+      if (cube) elements(std::true_type{}, std::true_type{});
+      else elements(std::true_type{}, std::false_type{});
+    } else {
+      if (cube) elements(std::false_type{}, std::true_type{});
+      else elements(std::false_type{}, std::false_type{});
+    }
     dot = token_sum<TPT>(dot);
     gp = token_sum<TPT>(gp);
     const float gn = query ? gp * P.lambda * (1.f - st.tn * st.tn) : 0.f;

@@ -2,7 +2,8 @@
 // (batch, head) cluster, the same rank split as the forward (onepass_kernels.cuh).
 //   load     S and z saved by the forward → S as bf16 hi + lo rows f (column D and pads zero), z fp32
 //   phase 1  its q, grad_o tiles: φ_q; g = do / den; X = g Sᵀ (mma); c_t = φ_q,t·X_t / den_t
-//            (= do_t·o_t / den_t); dφ_q = X − c z → dq through φ_q's backward; and
+//            (= do_t·o_t / den_t); dφ_q = X − c z → dq through φ_q's backward (from φ_q's bf16 row:
+//            nala_query_backward_from_phi); and
 //            dS' += φ_qᵀ [g | −c] (the −c column gives dz = −Σ φ_q c in the same product)
 //   reduce   dS' = [dS | dz] summed over the ranks in rank order (distributed shared memory)
 //   phase 2  its k, v tiles: φ_k; dv = φ_k dS / N; dφ_k = [v | 1] dS'ᵀ / N (the ones column adds
@@ -271,7 +272,9 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
       }
       __syncthreads();
       accumulate_state<D, FEAT>(acc, phi, gs);
-      token_features_backward<D, FEAT, TPT>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t), sums, qsum);
+      // φ_q's row is still this tile's (each thread reads back the chunks it wrote): a·cos θ, a·sin θ from it
+      token_features_backward<D, FEAT, TPT, FEAT == 2>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t),
+                                                       sums, qsum, phi_row);
       __syncthreads();
       fq = fq_next;
       fg = fg_next;

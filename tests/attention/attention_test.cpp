@@ -275,6 +275,9 @@ TEST(NalaAttention, ClearErrorsNameTheTensor) {
   NalaOptions bad;
   bad.tau = 0.1;
   expect_msg([&] { nala_attention(q, k, v, bad); }, "lambda*tau");
+  NalaOptions tiny;
+  tiny.eps_norm = 1e-40;  // positive, but its float reciprocal overflows
+  expect_msg([&] { nala_attention(q, k, v, tiny); }, "eps_norm must be >= 1e-30");
   EXPECT_THROW(parse_feature_map("cosine"), std::runtime_error);
 }
 

@@ -47,10 +47,11 @@ struct Case {
 
 // zero_tokens: q of tokens 0 and N/2 and k of tokens N/2 and N − 1 exactly zero (‖x‖ ≤ ε_n, the
 // x̂ = x/ε_n branch of docs/nala_attention.md §1)
-void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0, bool zero_tokens = false) {
+void compare(FeatureMap map, at::ScalarType dt, Case c, double alpha = 1.0, bool zero_tokens = false, double lambda = 3.0) {
   NalaOptions opt;
   opt.feature_map = map;
   opt.alpha = alpha;
+  opt.lambda = lambda;
   at::Tensor base = at::randn({c.B, c.N, 4, c.H, c.d}, at::kFloat);           // (B, N, 4, H, d)
   if (zero_tokens) {
     for (int64_t n : {int64_t(0), c.N / 2}) base.select(1, n).select(1, 0).zero_();   // q
@@ -276,6 +277,36 @@ TEST_F(NalaCudaOnePass, PersistentGridGivesTheSameBits) {
     set_nala_onepass_slots(slots[i]);
     set_nala_onepass_early_q(i != 4);
   });
+}
+
+TEST_F(NalaCudaOnePass, QueryBackwardFromPhiAgreesWithTheChunkedBackward) {
+  // The one-pass backward takes a query's a·cos θ and a·sin θ for its feature-map backward from the bf16
+  // φ row its products read (nala_query_backward_from_phi); the chunked backward computes them again in
+  // fp32. From the same forward state, both maps and head dims: dq, dk, dv agree within bf16 rounding
+  // (the float64 tolerances: AwkwardSizesAndClusters, EveryFeatureMap, ZeroTokens).
+  for (auto map : {FeatureMap::Nala, FeatureMap::NalaRelu})
+    for (int64_t d : {64, 72}) {
+      // the key power λ ≠ 3 (the kernels' general key path; λ = 3 takes |x|³ inlined) against float64
+      compare(map, at::kBFloat16, Case{2, 3, 97, d}, 1.0, false, 2.0);
+      // query norms from ≈ 0.25 to ≈ 8 (d 64): where n is small, 1 − tanh² n is not, and the power's
+      // ∂L/∂p term (∂L/∂a·a · ln |x̂|) reaches dq; at randn's n ≈ 8 it would vanish
+      at::Tensor scale = at::rand({2, 3, 600, 1}, at::kCUDA) * 0.97 + 0.03;                  // (B, H, N, 1)
+      at::Tensor q = (at::randn({2, 3, 600, d}, at::kCUDA) * scale).to(at::kBFloat16);       // (B, H, N, d)
+      at::Tensor k = at::randn_like(q), v = at::randn_like(q), go = at::randn_like(q);
+      NalaOptions opt;
+      opt.feature_map = map;
+      auto grads = [&](NalaCudaKernel bwd) {
+        at::Tensor qg = q.detach().requires_grad_(true), kg = k.detach().requires_grad_(true), vg = v.detach().requires_grad_(true);
+        set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+        at::Tensor o = nala_attention(qg, kg, vg, opt);
+        set_nala_cuda_kernel(bwd);
+        o.backward(go);
+        set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+        return std::vector<at::Tensor>{qg.grad(), kg.grad(), vg.grad()};
+      };
+      auto onepass = grads(NalaCudaKernel::OnePass), chunked = grads(NalaCudaKernel::Chunked);
+      for (int i = 0; i < 3; ++i) EXPECT_LE(rel_err(onepass[i], chunked[i]), 1e-2) << "gradient " << i << ", d " << d;
+    }
 }
 
 TEST_F(NalaCudaOnePass, BackwardRepeatsAndTakesEitherForwardsState) {
