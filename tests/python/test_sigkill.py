@@ -29,14 +29,17 @@ def nala(*args, check=True):
     return p
 
 
-def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5), finished=None):
+def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5), finished=None, progress=None):
     """Starts `nala args` and SIGKILLs it at random moments, KILLS times, then lets it finish.
     leftovers(): True while a write is visibly in progress; every other kill waits for one.
     Returns (kills, hits): how many kills landed before the run finished, and how many of them hit
     such a write. A run that finishes early ends the kills: callers require at least MIN_KILLS, so
     that the compared output really comes from resumed runs. finished(): True once the output is
     complete (a kill can land after it is in place, before the process exits: a finished .npz is
-    not sampled again, so no further run is started)."""
+    not sampled again, so no further run is started). progress(): how many outputs are complete; where given,
+    each run is killed once 1 to 3 more are (or, every other run, at a write in progress, as above) instead of
+    at a random time: a job shorter than span (extract-latents' 16 shards take ≈ 0.3 s after ≈ 0.3 s of start-up)
+    would otherwise finish before its second kill."""
     rng = np.random.default_rng(seed)
     kills = hits = 0
     while True:
@@ -48,7 +51,13 @@ def kill_repeatedly(args, seed, leftovers=None, span=(0.3, 2.5), finished=None):
             assert p.returncode == 0, err[-3000:]
             return kills, hits
         deadline = time.time() + rng.uniform(*span)
-        if leftovers and kills % 2 == 1:  # aim at a write in progress
+        if progress:
+            target = progress() + int(rng.integers(1, 4))
+            aim = leftovers and kills % 2 == 1
+            deadline += 60  # (a safety bound: the process ends or the outputs come first)
+            while time.time() < deadline and p.poll() is None and progress() < target and not (aim and leftovers()):
+                time.sleep(0.001)
+        elif leftovers and kills % 2 == 1:  # aim at a write in progress
             deadline += 5
             while time.time() < deadline and p.poll() is None and not leftovers():
                 time.sleep(0.001)
@@ -126,7 +135,8 @@ def test_extract_latents_killed_ten_times_gives_the_same_shards(tmp):
     nala(*args(), "--out", tmp / "alone")
     out = tmp / "killed"
     writing = lambda: out.exists() and any(".tmp." in x.name for x in out.iterdir())
-    kills, hits = kill_repeatedly([*args(), "--out", out], seed=3, leftovers=writing, span=(0.3, 1.5))
+    shards = lambda: len(list(out.glob("latents_*.safetensors"))) if out.exists() else 0
+    kills, hits = kill_repeatedly([*args(), "--out", out], seed=3, leftovers=writing, progress=shards)
     print(f"{kills} kills, {hits} of them while a shard was being written")
     assert kills >= MIN_KILLS
     digest = lambda d: {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("latents_*.safetensors"))}
