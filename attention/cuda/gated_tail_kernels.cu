@@ -389,8 +389,11 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_fwd(const GatedTailParams
 
 // ---- backward of y = n·s, n = x̂·w + b, s = SiLU(g), x̂ = (u − μ)·r (attention/gated_tail.cpp):
 // dg = dy·n·σ(g)(1 + g(1 − σ(g))), dn = dy·s, Σ dn·x̂ → dw, Σ dn → db, e = dn·w,
-// du = r·(e − mean_D(e) − x̂·mean_D(e·x̂)). The sums over tokens live in shared memory, one row of D
-// per warp (no block synchronisation in the loop), and are added in warp order at the end.
+// du = r·(e − mean_D(e) − x̂·mean_D(e·x̂)). The sums over tokens are per warp (no block
+// synchronisation in the loop) and added in warp order at the end: in registers where a lane's
+// vectors are few (REG: NV ≤ 4, D ≤ 512), written to the warp's row of shared memory once at the end;
+// else in that row, read and written each row. The same additions in the same order either way.
+// (The row's shared-memory round trip cost D = 384's rows a serial dependency each.)
 template <typename T, int NV>
 __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams p, const T* __restrict__ dy, const T* __restrict__ u,
                                                            const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
@@ -402,11 +405,15 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
   float* sw = sums + warp * S;
   float* sb = sw + p.D;
   float* sd = sb + p.D;  // with dg_part
-  for (int c = 4 * lane; c < p.D; c += 128) {
-    const float z[4] = {0, 0, 0, 0};
-    store4(sw + c, z);
-    store4(sb + c, z);
-    if (dg_part != nullptr) store4(sd + c, z);
+  constexpr bool REG = NV <= 4;
+  float rw[REG ? NV : 1][4] = {}, rb[REG ? NV : 1][4] = {}, rd[REG ? NV : 1][4] = {};  // REG: Σ dn·x̂, Σ dn, Σ dg
+  if constexpr (!REG) {
+    for (int c = 4 * lane; c < p.D; c += 128) {
+      const float z[4] = {0, 0, 0, 0};
+      store4(sw + c, z);
+      store4(sb + c, z);
+      if (dg_part != nullptr) store4(sd + c, z);
+    }
   }
   const int64_t dg_stride = p.dg_row_stride > 0 ? p.dg_row_stride : p.D;  // dg's rows
   const int64_t rows = p.B * p.N, begin = int64_t(blockIdx.x) * rows_per_block;
@@ -433,8 +440,13 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
         float w[4], bb[4], dgv[4], aw[4], ab[4];
         load4(p.norm_w + c, w);  // (the same for every row: from L1)
         load4(p.norm_b + c, bb);
-        load4(sw + c, aw);
-        load4(sb + c, ab);
+        if constexpr (REG) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) aw[k] = rw[j][k], ab[k] = rb[j][k];
+        } else {
+          load4(sw + c, aw);
+          load4(sb + c, ab);
+        }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const float d = e[j][k];
@@ -450,16 +462,26 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
         }
         if (dg_part != nullptr) {  // Σ dg as stored (rounded to T)
           store4_rounded(dg + row * dg_stride + c, dgv);
-          float ad[4];
-          load4(sd + c, ad);
+          if constexpr (REG) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k) ad[k] += dgv[k];
-          store4(sd + c, ad);
+            for (int k = 0; k < 4; ++k) rd[j][k] += dgv[k];
+          } else {
+            float ad[4];
+            load4(sd + c, ad);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) ad[k] += dgv[k];
+            store4(sd + c, ad);
+          }
         } else {
           store4(dg + row * dg_stride + c, dgv);
         }
-        store4(sw + c, aw);
-        store4(sb + c, ab);
+        if constexpr (REG) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) rw[j][k] = aw[k], rb[j][k] = ab[k];
+        } else {
+          store4(sw + c, aw);
+          store4(sb + c, ab);
+        }
       }
     }
     const float me = warp_sum(se) / float(p.D), mex = warp_sum(sex) / float(p.D);
@@ -472,6 +494,17 @@ __global__ void __launch_bounds__(kWarps * 32) ln_gate_bwd(const GatedTailParams
         for (int k = 0; k < 4; ++k) o[k] = r * (e[j][k] - me - xh[j][k] * mex);
         const int h = c / p.d;
         store4(du + ((b * p.H + h) * p.N + n) * p.d + (c - h * p.d), o);
+      }
+    }
+  }
+  if constexpr (REG) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      if (c < p.D) {
+        store4(sw + c, rw[j]);
+        store4(sb + c, rb[j]);
+        if (dg_part != nullptr) store4(sd + c, rd[j]);
       }
     }
   }
