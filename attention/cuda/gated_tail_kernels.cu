@@ -93,7 +93,10 @@ int64_t ln_rows_per_block(const GatedTailParams& p) {
   return std::max<int64_t>(kWarps, ceil_div(p.B * p.N, int64_t(std::max(1, p.ln_bwd_blocks_per_sm)) * p.sms));
 }
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
+// σ(x) = 1 / (1 + e^−x) by the hardware's reciprocal (__fdividef: 2 ulp; 0 once e^−x overflows): the
+// IEEE division's slow path (a call and a branch an element) split ln_gate_bwd's rows into blocks the
+// compiler could not interleave (docs/benchmarks.md, forty-fifth session)
+__device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
 // A (B, N, D) activation stored as (b, h, n, e) with strides (b, h, n) and unit stride along e < d:
 // o, v (a view of qkvg) and du all are.
