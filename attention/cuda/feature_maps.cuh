@@ -25,6 +25,22 @@ template <bool FAST> __device__ __forceinline__ float f_tanh(float x) {
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+// √x and 1/x: the hardware's approximations for bf16 inputs (sqrt.approx.f32, rcp.approx.f32: within
+// a float ulp or two, subnormals kept), the IEEE operations otherwise. Once a token, but the IEEE
+// forms' slow-path calls and branches cut the one-pass kernels' code into blocks the compiler
+// schedules apart (as σ's division did in the gated tail: docs/benchmarks.md, forty-fifth session).
+template <bool FAST> __device__ __forceinline__ float f_sqrt(float x) {
+  if (!FAST) return sqrtf(x);
+  float y;
+  asm("sqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+template <bool FAST> __device__ __forceinline__ float f_rcp(float x) {
+  if (!FAST) return 1.f / x;
+  float y;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 using nala::cuda_ptx::ex2_approx;
 using nala::cuda_ptx::lg2_approx;
 // b^e for b > 0, else 0
@@ -48,8 +64,8 @@ struct StatSums {
   }
   __device__ __forceinline__ TokenStats finish(const NalaKernelParams& P, bool query, bool focused) {
     TokenStats st;
-    st.n = sqrtf(token_sum<TPT>(s));
-    st.inv = 1.f / fmaxf(st.n, P.eps_norm);
+    st.n = f_sqrt<FAST>(token_sum<TPT>(s));
+    st.inv = f_rcp<FAST>(fmaxf(st.n, P.eps_norm));
     st.tn = tanhf(st.n);
     st.p = query ? P.lambda * (P.tau + st.tn) : P.lambda;
     if (focused) {

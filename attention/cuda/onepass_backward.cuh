@@ -103,7 +103,7 @@ struct GradTile {
   template <int LD>
   __device__ void commit(__nv_bfloat16* gs, float* dinv) const {
     const int t = threadIdx.x / TPT, lane = threadIdx.x % TPT;
-    const float inv_den = valid ? 1.f / den_v : 0.f;
+    const float inv_den = valid ? f_rcp<true>(den_v) : 0.f;  // (bf16 inputs: the hardware reciprocal)
     __nv_bfloat16* row = gs + t * LD;
 #pragma unroll
     for (int k = 0; k < CPL; ++k) {

@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
         dens[mt * 16 + g + 8] = c[DEN_TILE][2 + DEN_COL % 2] + P.eps;
       }
       __syncthreads();
-      stage_bf16<D, O::NH, O::LDV>(c, mt * 16, nh * O::NH * 8, vs, [&](int r) { return 1.f / dens[r]; });
+      stage_bf16<D, O::NH, O::LDV>(c, mt * 16, nh * O::NH * 8, vs, [&](int r) { return f_rcp<true>(dens[r]); });
       if (P.den != nullptr && threadIdx.x < TILE && t0 + int(threadIdx.x) < end) P.den[int64_t(bh) * P.N + t0 + threadIdx.x] = dens[threadIdx.x];
       if constexpr (KS > 0) {  // the window (not the next pair's tiles)
         if (stage_next) nala::cuda_async::cp_async_wait<1>();
