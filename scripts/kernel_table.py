@@ -17,7 +17,13 @@ also gives the timeline: the span from the first GPU event's start to the last o
 some kernel, copy or memset ran (the union of their intervals), and the idle time between them,
 per step with --steps.
 
+With --against B.csv (another ncu CSV) it then prints this run's time minus B's kernel by kernel, the
+largest differences first, kernels matched by their names without leading namespaces (which Nsight
+Compute abbreviates differently from run to run): where one model's step spends what another's does
+not (NaLaDiT-S/2 against DiT-S/2: docs/benchmarks.md, forty-fifth session).
+
 usage: python3 scripts/kernel_table.py ncu.csv|trace.json [--top 30] [--title T] [--bandwidth GB/s] [--steps K]
+                                       [--against B.csv --against-title T]
 """
 import argparse
 import collections
@@ -166,23 +172,13 @@ def main_trace(a):
     print_timeline(events, a.steps)
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("csv", help="Nsight Compute CSV, or a Chrome trace (.json)")
-    p.add_argument("--top", type=int, default=30)
-    p.add_argument("--title", default="")
-    p.add_argument("--bandwidth", type=float, default=4300.0, help="GB/s of the DRAM floor (dram__bytes.sum)")
-    p.add_argument("--steps", type=int, default=1, help="a trace's steps: its times and launches per step")
-    a = p.parse_args()
-    if a.steps < 1:
-        raise SystemExit(f"--steps {a.steps}: must be at least 1")
-    if a.csv.endswith(".json"):
-        return main_trace(a)
-    with open(a.csv) as f:
+def read_ncu_csv(path):
+    """An ncu CSV's kernels summed by name: (total µs, launches, DRAM bytes or None) per short name."""
+    with open(path) as f:
         lines = [l for l in f if l.startswith('"')]
     rows = list(csv.reader(lines))
     if not rows:
-        raise SystemExit(f"{a.csv}: no ncu CSV rows")
+        raise SystemExit(f"{path}: no ncu CSV rows")
     hdr = rows[0]
     ki, ti = hdr.index("Kernel Name"), hdr.index("gpu__time_duration.sum")
     bi = hdr.index("dram__bytes.sum") if "dram__bytes.sum" in hdr else None
@@ -190,11 +186,12 @@ def main():
     byte_unit = rows[1][bi] if bi is not None and len(rows) > 1 else "byte"
     byte_scale = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(byte_unit)
     if bi is not None and byte_scale is None:
-        raise SystemExit(f"{a.csv}: unknown unit of dram__bytes.sum: {byte_unit!r}")
+        raise SystemExit(f"{path}: unknown unit of dram__bytes.sum: {byte_unit!r}")
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
     total, count, nbytes = collections.Counter(), collections.Counter(), collections.Counter()
     for r in rows[1:]:
         try:
-            v = float(r[ti].replace(",", ""))
+            v = float(r[ti].replace(",", "")) * scale
             b = float(r[bi].replace(",", "")) * byte_scale if bi is not None else 0.0
         except ValueError:
             continue  # the units row
@@ -202,8 +199,59 @@ def main():
         total[k] += v
         count[k] += 1
         nbytes[k] += b
-    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
-    print_tables(total, count, scale, a.title, a.top, nbytes if bi is not None else None, a.bandwidth)
+    return total, count, nbytes if bi is not None else None
+
+
+def base_name(name):
+    """A kernel's name without its leading namespaces: Nsight Compute abbreviates nested namespaces
+    differently from run to run (nala::ops::cuda::<unnamed>::k as ops::<unnamed>::k in one run,
+    nala::<unnamed>::k in another), so two runs' kernels are matched by what follows them."""
+    return re.sub(r"^(?:(?:[A-Za-z_]\w*|<unnamed>)::)+", "", name)
+
+
+def print_difference(a, b, title_a, title_b, top):
+    """Kernel by kernel, run a's time minus run b's (kernels matched by base_name), largest first."""
+    (ta, ca, _), (tb, cb, _) = a, b
+    da, db, na, nb = collections.Counter(), collections.Counter(), collections.Counter(), collections.Counter()
+    for k, v in ta.items():
+        da[base_name(k)] += v
+        na[base_name(k)] += ca[k]
+    for k, v in tb.items():
+        db[base_name(k)] += v
+        nb[base_name(k)] += cb[k]
+    keys = sorted(set(da) | set(db), key=lambda k: (-abs(da[k] - db[k]), k))
+    diff = (sum(da.values()) - sum(db.values())) / 1e3
+    print(f"### {title_a} − {title_b}: {sum(da.values()) / 1e3:.2f} − {sum(db.values()) / 1e3:.2f} = {diff:+.2f} ms of GPU time")
+    print(f"| kernel | {title_a} launches | {title_a} ms | {title_b} launches | {title_b} ms | difference ms |\n|---|---|---|---|---|---|")
+    shown = 0.0
+    for k in keys[:top]:
+        shown += (da[k] - db[k]) / 1e3
+        print(f"| {k} | {na[k]:.4g} | {da[k] / 1e3:.2f} | {nb[k]:.4g} | {db[k] / 1e3:.2f} | {(da[k] - db[k]) / 1e3:+.2f} |")
+    print(f"\nThe {min(top, len(keys))} rows shown: {shown:+.2f} ms; the {max(0, len(keys) - top)} others: {diff - shown:+.2f} ms.")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("csv", help="Nsight Compute CSV, or a Chrome trace (.json)")
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--title", default="")
+    p.add_argument("--bandwidth", type=float, default=4300.0, help="GB/s of the DRAM floor (dram__bytes.sum)")
+    p.add_argument("--steps", type=int, default=1, help="a trace's steps: its times and launches per step")
+    p.add_argument("--against", help="a second ncu CSV: after the table, the first run's time minus this one's, kernel by kernel")
+    p.add_argument("--against-title", default="against")
+    a = p.parse_args()
+    if a.steps < 1:
+        raise SystemExit(f"--steps {a.steps}: must be at least 1")
+    if a.csv.endswith(".json"):
+        if a.against:
+            raise SystemExit("--against compares two ncu CSVs, not a trace")
+        return main_trace(a)
+    run = read_ncu_csv(a.csv)
+    total, count, nbytes = run
+    print_tables(total, count, 1.0, a.title, a.top, nbytes, a.bandwidth)
+    if a.against:
+        print()
+        print_difference(run, read_ncu_csv(a.against), a.title or "this run", a.against_title, a.top)
 
 
 if __name__ == "__main__":

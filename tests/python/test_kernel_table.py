@@ -3,7 +3,8 @@ and category (cuDNN's attention kernels, whose names carry "wgmma", count as att
 nala's own kernels as fused), DRAM bytes in the CSV's unit, and the roofline line equals the
 measured GEMM and attention time plus every other kernel's bytes at the floor bandwidth, recomputed
 here from the rows; a CSV without dram__bytes.sum keeps the time-only table; an unknown byte unit
-is a clear error. A Chrome trace: its kernels, copies and memsets summed per step and its timeline
+is a clear error; --against: two runs' kernels matched across the namespaces Nsight Compute abbreviates,
+their differences against sums by hand. A Chrome trace: its kernels, copies and memsets summed per step and its timeline
 (busy time, idle gaps) against a brute-force count on a 0.5 µs grid; the trace `nala bench` writes
 with NALA_PROFILE_TRACE on the CPU (operators, no GPU events), and a missing folder as a clear error."""
 import json
@@ -31,10 +32,10 @@ ROWS = [
 BANDWIDTH = 4000.0  # GB/s, not the default: the option must reach the arithmetic
 
 
-def write_csv(path, with_bytes=True, byte_unit="Mbyte"):
+def write_csv(path, with_bytes=True, byte_unit="Mbyte", rows=ROWS):
     lines = ["==PROF== Connected to process 1", '"ID","Kernel Name","dram__bytes.sum","gpu__time_duration.sum"',
              f'"","","{byte_unit}","usecond"']
-    for i, (name, mb, us) in enumerate(ROWS):
+    for i, (name, mb, us) in enumerate(rows):
         lines.append(f'"{i}","{name}","{mb:,.1f}","{us:,.1f}"')
     if not with_bytes:
         lines = [l.replace(',"dram__bytes.sum"', "").replace(f',"{byte_unit}"', "") for l in lines]
@@ -73,6 +74,34 @@ def test_categories_bytes_and_roofline(tmp_path):
     assert f"**{fixed_ms + floor_ms:.2f} ms**" in out
     # the kernel rows: the two ln_modulate_bwd launches summed under one name
     assert "| nala::ops::cuda::<unnamed>::ln_modulate_bwd<float, __nv_bfloat16, 9> | 2 | 1.10 |" in out, out
+
+
+def test_against_matches_kernels_across_namespaces(tmp_path):
+    # run B: ln_modulate_bwd under the abbreviated namespace Nsight Compute writes in another run, once and
+    # slower; no fill kernel; a kernel of its own (a model's attention where A's had another)
+    rows_b = [ROWS[0], ROWS[1], ROWS[2],
+              ("void nala::<unnamed>::ln_modulate_bwd<float, __nv_bfloat16, 9>(const float*, int)", 2200.0, 1500.0),
+              ("void nala::attention::cuda::onepass_backward_kernel<64, 2, 1, 5, 1, 0>(nala::NalaKernelParams)", 500.0, 650.0)]
+    a_path, b_path = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_csv(a_path)
+    write_csv(b_path, rows=rows_b)
+    p = table(a_path, "--title", "A", "--against", b_path, "--against-title", "B", "--top", "3")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.split("### A − B")[1]
+    # expected, by hand: ln_modulate_bwd 1,100 µs (two launches) against 1,500 (one); onepass 0 against 650;
+    # the fill 2 against 0; the GEMM and cuDNN's kernels equal
+    sum_a, sum_b = sum(r[2] for r in ROWS), sum(r[2] for r in rows_b)
+    assert f": {sum_a / 1e3:.2f} − {sum_b / 1e3:.2f} = {(sum_a - sum_b) / 1e3:+.2f} ms" in out, out
+    assert "| onepass_backward_kernel<64, 2, 1, 5, 1, 0> | 0 | 0.00 | 1 | 0.65 | -0.65 |" in out, out
+    assert "| ln_modulate_bwd<float, __nv_bfloat16, 9> | 2 | 1.10 | 1 | 1.50 | -0.40 |" in out, out
+    assert "| vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char *, 1>> | 1 | 0.00 | 0 | 0.00 | +0.00 |" in out
+    # the largest differences first, and the rows shown plus the others add up to the whole difference
+    assert out.index("onepass_backward_kernel") < out.index("ln_modulate_bwd") < out.index("FillFunctor")
+    assert f"The 3 rows shown: {(-650 - 400 + 2) / 1e3:+.2f} ms; the 3 others: {0:+.2f} ms." in out, out
+    # kernels equal in both runs appear with a zero difference only past the larger ones
+    assert "nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN" not in out
+    p = table(tmp_path / "trace.json", "--against", b_path)
+    assert p.returncode != 0
 
 
 def test_time_only_csv_and_bad_unit(tmp_path):
