@@ -211,14 +211,15 @@ def base_name(name):
 
 def print_difference(a, b, title_a, title_b, top):
     """Kernel by kernel, run a's time minus run b's (kernels matched by base_name), largest first."""
-    (ta, ca, _), (tb, cb, _) = a, b
-    da, db, na, nb = collections.Counter(), collections.Counter(), collections.Counter(), collections.Counter()
-    for k, v in ta.items():
-        da[base_name(k)] += v
-        na[base_name(k)] += ca[k]
-    for k, v in tb.items():
-        db[base_name(k)] += v
-        nb[base_name(k)] += cb[k]
+    def by_base(run):  # (time, launches) per base name
+        total, count, _ = run
+        t, n = collections.Counter(), collections.Counter()
+        for k, v in total.items():
+            t[base_name(k)] += v
+            n[base_name(k)] += count[k]
+        return t, n
+
+    (da, na), (db, nb) = by_base(a), by_base(b)
     keys = sorted(set(da) | set(db), key=lambda k: (-abs(da[k] - db[k]), k))
     diff = (sum(da.values()) - sum(db.values())) / 1e3
     print(f"### {title_a} − {title_b}: {sum(da.values()) / 1e3:.2f} − {sum(db.values()) / 1e3:.2f} = {diff:+.2f} ms of GPU time")

@@ -29,18 +29,8 @@ template <bool FAST> __device__ __forceinline__ float f_tanh(float x) {
 // a float ulp or two, subnormals kept), the IEEE operations otherwise. Once a token, but the IEEE
 // forms' slow-path calls and branches cut the one-pass kernels' code into blocks the compiler
 // schedules apart (as σ's division did in the gated tail: docs/benchmarks.md, forty-fifth session).
-template <bool FAST> __device__ __forceinline__ float f_sqrt(float x) {
-  if (!FAST) return sqrtf(x);
-  float y;
-  asm("sqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-template <bool FAST> __device__ __forceinline__ float f_rcp(float x) {
-  if (!FAST) return 1.f / x;
-  float y;
-  asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+template <bool FAST> __device__ __forceinline__ float f_sqrt(float x) { return FAST ? nala::cuda_ptx::sqrt_approx_keep_subnormals(x) : sqrtf(x); }
+template <bool FAST> __device__ __forceinline__ float f_rcp(float x) { return FAST ? nala::cuda_ptx::rcp_approx_keep_subnormals(x) : 1.f / x; }
 using nala::cuda_ptx::ex2_approx;
 using nala::cuda_ptx::lg2_approx;
 // b^e for b > 0, else 0

@@ -11,14 +11,15 @@ a=${2:-NaLaDiT-S/2}
 b=${3:-DiT-S/2}
 bw=${KERNELS_BANDWIDTH:-2900}
 m="--metrics gpu__time_duration.sum,dram__bytes.sum --csv --page raw --cache-control none --clock-control none"
+tag() { echo "$1" | tr -c 'A-Za-z0-9\n' '_'; }  # a model's name as a file name
+ta=$(tag "$a")
+tb=$(tag "$b")
 failed=0
 for model in "$a" "$b"; do
-  tag=$(echo "$model" | tr -c 'A-Za-z0-9\n' '_')
+  t=$(tag "$model")
   NALA_PROFILE_TIMED=1 ncu --profile-from-start off $m ./build-device/nala bench train --models "$model" --batch 256 --image-size 256 \
-    --steps 1 --warmup 2 --cuda-graphs on > "$out/kernels_pair_$tag.csv" 2> "$out/kernels_pair_$tag.err" || { echo "kernels-pair: ncu failed on $model"; failed=1; }
+    --steps 1 --warmup 2 --cuda-graphs on > "$out/kernels_pair_$t.csv" 2> "$out/kernels_pair_$t.err" || { echo "kernels-pair: ncu failed on $model"; failed=1; }
 done
-ta=$(echo "$a" | tr -c 'A-Za-z0-9\n' '_')
-tb=$(echo "$b" | tr -c 'A-Za-z0-9\n' '_')
 python3 scripts/kernel_table.py "$out/kernels_pair_$ta.csv" --title "$a" --top 40 --bandwidth "$bw" \
   --against "$out/kernels_pair_$tb.csv" --against-title "$b" > "$out/kernels_pair.md" 2>&1 || failed=1
 python3 scripts/kernel_table.py "$out/kernels_pair_$tb.csv" --title "$b" --top 40 --bandwidth "$bw" >> "$out/kernels_pair.md" 2>&1 || failed=1
