@@ -133,6 +133,13 @@ EnvChoice<int> g_onepass_ranks{"NALA_ONEPASS_RANKS", {{"auto", 0}, {"1", 1}, {"2
 // bit for bit: only when the loads fly differs (docs/benchmarks.md, forty-first session).
 EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {}};
 
+// NALA_LEPE_BLOCKS=all (default) | forward | 0: LePE in the one-pass kernels (both, the forward alone,
+// neither) over blocks of 2 × 4 (the forward also 1 × 8) tokens and 2 channels a thread where a tile is
+// whole grid rows, else runs of 4 tokens and 4 channels (the earlier loop). The same sums in the same
+// order: the same bits (onepass_kernels.cuh, lepe_blocks_out; docs/benchmarks.md, forty-sixth session).
+enum class LepeBlocks { None, Forward, All };
+EnvChoice<LepeBlocks> g_lepe_blocks{"NALA_LEPE_BLOCKS", {{"all", LepeBlocks::All}, {"forward", LepeBlocks::Forward}, {"0", LepeBlocks::None}}, {}};
+
 // NALA_ONEPASS_PERSISTENT=0 (default) | forward | all: which one-pass kernels (head dim 64, the nala
 // maps) run as a persistent grid, as many clusters as fit the GPU at once, each taking (batch, head)
 // pairs in turn and copying the next pair's first tiles to shared memory under the current pair's last
@@ -171,6 +178,7 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   p.chunks = ranks;
   p.tokens_per_chunk = per_rank;
   p.early_q = g_early_q.get();
+  p.lepe_blocks = g_lepe_blocks.get() != LepeBlocks::None;  // (the backward's caller narrows it)
   p.slots = g_slots ? *g_slots : (g_persistent.get() == Persistent::None ? 0 : -1);
   p.persist_backward = g_slots ? *g_slots != 0 : g_persistent.get() == Persistent::All;
   return true;
@@ -218,6 +226,7 @@ void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
 void set_nala_onepass_early_q(bool on) { g_early_q.value = on; }
+void set_nala_lepe_blocks(bool on) { g_lepe_blocks.value = on ? LepeBlocks::All : LepeBlocks::None; }
 void set_nala_onepass_slots(std::optional<int> slots) {
   TORCH_CHECK(!slots || *slots >= -1, "set_nala_onepass_slots: -1 (as many as fit), 0 (one cluster a pair) or a count, got ", *slots);
   g_slots = slots;
@@ -295,6 +304,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
   p.z = const_cast<float*>(z.data_ptr<float>());
   p.den = const_cast<float*>(den.data_ptr<float>());
   if (take_onepass(p, feat, q)) {  // the forward's rule; it reads S, z, den as either forward saved them
+    p.lepe_blocks = g_lepe_blocks.get() == LepeBlocks::All;
     const OnePassBackwardState state = current_backward_state();
     p.state_lo = state == OnePassBackwardState::HiLo ||
                  (state == OnePassBackwardState::Auto && !cuda::onepass_bf16_state_adds_a_block(p.D, feat));

@@ -298,11 +298,110 @@ __device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw
   acc[2] = fmaf(w.z, e[2], acc[2]);
   acc[3] = fmaf(w.w, e[3], acc[3]);
 }
+// lepe_rows_out's path where the tile is whole grid rows (t0 and rows multiples of the grid's width W,
+// rows a multiple of BR·W, W of BC): a thread takes 2 channels of a block of BR rows × BC columns of
+// tokens (BR·BC = 8; the tile's 64 tokens and d 64 are 256 blocks × channel pairs, one a thread) at a
+// time, consecutive threads along the channel pairs (a warp reads 128 contiguous bytes a position).
+// Each of the block's BR + ks − 1 window rows is read once, BC + ks − 1 positions, for every tap row
+// of every block row it serves: (BR + ks − 1)(BC + ks − 1) positions for 8 tokens where runs of 4 read
+// ks (4 + ks − 1) for 4, and each position's bf16 pair unpacked once (Nsight Compute, forty-fifth
+// session: LePE's loads, bounds and unpacks were half its instructions). Only the 2R halo columns
+// are tested against the grid's sides, once a block. The sums are lepe_rows_out's: an output's taps
+// row by row (its block row's window rows in order), fmaf, a tap outside the grid adding w·0.
+template <int D, int KS, int LD, int THREADS, bool BWD, int BR, int BC>
+__device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, LepeTaps taps,
+                                                const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back) {
+  constexpr int C2 = D / 2, R = KS / 2, SPAN = BC + KS - 1, WROWS = BR + KS - 1;
+  static_assert(BR * BC == 8, "8 tokens a block");
+  const int W = P.grid_w, Dm = P.H * D;
+  const int bw = W / BC, blocks = rows / W / BR * bw;  // blocks a block row, blocks in the tile
+  // blk / bw by a float reciprocal: exact while blk < 2^22 (the quotient's rounding error stays below the
+  // 0.5 / bw that blk + 0.5 keeps it from an integer), where the integer division was ≈ 50 instructions a block
+  const float inv_bw = 1.f / float(bw);
+  for (int i = threadIdx.x; i < blocks * C2; i += THREADS) {
+    const int blk = i / C2, cp = i - blk * C2;
+    const int by = int((float(blk) + 0.5f) * inv_bw), y = t0 / W + by * BR, x = (blk - by * bw) * BC;
+    const int ch = h * D + 2 * cp;  // the model channel of this thread's first
+    const float* wc = taps.w + 2 * cp;
+    float2 b2 = make_float2(0.f, 0.f);
+    if (!BWD) b2 = __ldg(reinterpret_cast<const float2*>(P.lepe_b + ch));
+    float2 acc[BR][BC];
+#pragma unroll
+    for (int rr = 0; rr < BR; ++rr)
+#pragma unroll
+      for (int p = 0; p < BC; ++p) acc[rr][p] = b2;
+    bool col_in[SPAN];  // window position q is column x − R + q: inside the block for R ≤ q < R + BC
+#pragma unroll
+    for (int q = 0; q < SPAN; ++q) col_in[q] = (q >= R && q < R + BC) || (x - R + q >= 0 && x - R + q < W);
+    // window row wr serves tap row wr of block row 0 (weights wn, read here) and tap row wr − 1 of block
+    // row 1 (wp: the previous window row's wn), so each tap's weights are read once a block
+    float2 wn[KS], wp[KS];
+#pragma unroll
+    for (int wr = 0; wr < WROWS; ++wr) {
+      asm volatile("" ::: "memory");  // this window row's loads not hoisted above the previous row's sums (they spilled)
+      const int yy = y - R + wr;
+      const bool row_in = yy >= 0 && yy < P.grid_h;
+      const __nv_bfloat16* src = win + (int64_t(yy - r.y0) * W + x - R) * D + 2 * cp;  // read only where row_in and col_in
+      float2 v[SPAN];  // the positions' channel pairs, unpacked once for every tap and block row
+#pragma unroll
+      for (int q = 0; q < SPAN; ++q)
+        v[q] = cuda_vec::unpack_bf16x2(row_in && col_in[q] ? *reinterpret_cast<const unsigned*>(src + q * D) : 0u);
+      if (wr < KS) {  // block row 0, tap row wr
+        const float* wrow = wc + wr * KS * taps.stride;
+#pragma unroll
+        for (int tj = 0; tj < KS; ++tj) {
+          wn[tj] = *reinterpret_cast<const float2*>(wrow + tj * taps.stride);
+#pragma unroll
+          for (int p = 0; p < BC; ++p) {
+            acc[0][p].x = fmaf(wn[tj].x, v[p + tj].x, acc[0][p].x);
+            acc[0][p].y = fmaf(wn[tj].y, v[p + tj].y, acc[0][p].y);
+          }
+        }
+      }
+      if (BR == 2 && wr > 0) {  // block row 1, tap row wr − 1
+#pragma unroll
+        for (int tj = 0; tj < KS; ++tj)
+#pragma unroll
+          for (int p = 0; p < BC; ++p) {
+            acc[BR - 1][p].x = fmaf(wp[tj].x, v[p + tj].x, acc[BR - 1][p].x);
+            acc[BR - 1][p].y = fmaf(wp[tj].y, v[p + tj].y, acc[BR - 1][p].y);
+          }
+      }
+#pragma unroll
+      for (int tj = 0; tj < KS; ++tj) wp[tj] = wn[tj];
+    }
+#pragma unroll
+    for (int rr = 0; rr < BR; ++rr)
+#pragma unroll
+      for (int p = 0; p < BC; ++p) {
+        const int n = (y + rr) * W + x + p, t = n - t0;
+        const float2 tf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(tile + t * LD + 2 * cp));
+        __nv_bfloat162 o2;
+        if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum (as lepe_rows_out)
+          const __nv_bfloat162 lr = __floats2bfloat162_rn(acc[rr][p].x + 0.f, acc[rr][p].y + 0.f);
+          const float2 lf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lr));
+          o2 = __floats2bfloat162_rn(tf.x + lf.x, tf.y + lf.y);
+        } else {
+          o2 = __floats2bfloat162_rn(acc[rr][p].x + tf.x, acc[rr][p].y + tf.y);
+        }
+        __nv_bfloat16* dst = BWD ? grad_row(P.dv, P, b, h, n) + 2 * cp : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n) * Dm + ch;
+        *reinterpret_cast<__nv_bfloat162*>(dst) = o2;
+        if (BWD && back != nullptr) *reinterpret_cast<__nv_bfloat162*>(back + t * LD + 2 * cp) = o2;
+      }
+  }
+}
+
 template <int D, int KS, int LD, int THREADS, bool BWD>
 __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, LepeTaps taps,
                                               const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back = nullptr) {
   constexpr int C4 = D / 4, R = KS / 2, RUN = LEPE_RUN, SPAN = RUN + KS - 1;
   static_assert(D % 4 == 0, "LePE in the kernels reads 4 channels at a time");
+  if (P.lepe_blocks && t0 % P.grid_w == 0) {  // whole grid rows: blocks of 2 × 4 or 1 × 8 tokens (uniform across the CTA)
+    if (P.grid_w % 4 == 0 && rows % (2 * P.grid_w) == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 2, 4>(P, win, r, taps, tile, b, h, t0, rows, back);
+    // one-row blocks: the forward only (a one-row tile's backward window, W ≥ 64 positions wide, does not fit the φ tile)
+    if constexpr (!BWD)
+      if (P.grid_w % 8 == 0 && rows % P.grid_w == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 1, 8>(P, win, r, taps, tile, b, h, t0, rows, back);
+  }
   const int Dm = P.H * D, runs = (rows + RUN - 1) / RUN;
   for (int i = threadIdx.x; i < runs * C4; i += THREADS) {
     const int s = i / C4, c = i - s * C4, t = s * RUN, n = t0 + t;

@@ -2,7 +2,8 @@
 # A design aid for the one-pass kernels with LePE (attention/cuda/onepass_kernels.cuh: lepe_rows,
 # lepe_stage_window, lepe_rows_out, as the forward and the backward (onepass_backward.cuh) use them; the
 # host's rank split, lepe_window_bytes and reversed taps in attention/cuda/nala_cuda.cpp): emulates
-# their index math on the CPU in float64, tile by tile and thread item by thread item (a run of
+# their index math on the CPU in float64, tile by tile and thread item by thread item (lepe_blocks_out's
+# blocks of 2 × 4 or 1 × 8 tokens × 2 channels where a tile is whole grid rows; else a run of
 # LEPE_RUN tokens × 4 channels: the one-row path and the per-token path), and compares
 # u = o + LePE(v) + b with torch's conv2d, and dv + LePE's dv with conv2d's input gradient. It also checks
 # that every window read falls inside the rows a tile staged and that the host's window size covers
@@ -38,7 +39,7 @@ def check(B, H, d, gh, gw, ks, backward=False):
     # backward: the one-pass backward's use (onepass_backward.cuh): the window of ∂L/∂u (here `v`), the
     # taps reversed, no bias; the attention's dv (here `o`) added; against conv2d's input gradient
     N, D, R, C4 = gh * gw, H * d, ks // 2, d // 4
-    stats = {True: 0, False: 0}  # items by path: one grid row, per token
+    stats = {'block': 0, True: 0, False: 0}  # items by path: token blocks, one grid row, per token
     v = torch.randn(B, H, N, d, dtype=torch.float64)
     o = torch.randn(B, H, N, d, dtype=torch.float64)
     w = torch.randn(D, 1, ks, ks, dtype=torch.float64)
@@ -59,6 +60,50 @@ def check(B, H, d, gh, gw, ks, backward=False):
                     assert wcount * d * 2 <= limit, (B, H, d, gh, gw, ks, t0)
                     win = v[b, h, y0 * gw:y0 * gw + wcount]  # (positions, d): lepe_stage_window's copy
                     rows = min(TILE, end - t0)
+                    block = None  # lepe_rows_out's choice: token blocks (BR, BC) where the tile is whole grid rows
+                    if t0 % gw == 0:
+                        if gw % 4 == 0 and rows % (2 * gw) == 0:
+                            block = (2, 4)
+                        elif not backward and gw % 8 == 0 and rows % gw == 0:
+                            block = (1, 8)
+                    if block:  # lepe_blocks_out's items: a block of BR × BC tokens × 2 channels
+                        BR, BC = block
+                        C2, bw = d // 2, gw // BC
+                        inv_bw = torch.tensor(1.0 / bw, dtype=torch.float32)  # the kernel's float reciprocal
+                        for i in range(rows // gw // BR * bw * C2):
+                            blk, cp = divmod(i, C2)
+                            by = int((torch.tensor(float(blk), dtype=torch.float32) + 0.5) * inv_bw)
+                            assert by == blk // bw, (blk, bw, by)
+                            y, x = t0 // gw + by * BR, (blk - by * bw) * BC
+                            stats['block'] += 1
+                            ch = h * d + 2 * cp
+                            acc = [[bias[ch:ch + 2].clone() for _ in range(BC)] for _ in range(BR)]
+                            for wr in range(BR + ks - 1):  # window rows, each read once for the block
+                                yy = y - R + wr
+                                span = []
+                                for q in range(BC + ks - 1):
+                                    xx = x - R + q
+                                    col_in = R <= q < R + BC or 0 <= xx < gw
+                                    assert (R <= q < R + BC) <= (0 <= xx < gw)  # the block's own columns lie in the grid
+                                    if 0 <= yy < gh and col_in:
+                                        pos = (yy - y0) * gw + xx
+                                        assert 0 <= pos < wcount, (t0, yy, xx)
+                                        span.append(win[pos, 2 * cp:2 * cp + 2])
+                                    else:
+                                        span.append(torch.zeros(2, dtype=torch.float64))
+                                for rr in range(BR):
+                                    ti = wr - rr
+                                    if 0 <= ti < ks:
+                                        for tj in range(ks):
+                                            wv = wt[ti * ks + tj, ch:ch + 2]
+                                            for p in range(BC):
+                                                acc[rr][p] = acc[rr][p] + wv * span[p + tj]
+                            for rr in range(BR):
+                                for p in range(BC):
+                                    n = (y + rr) * gw + x + p
+                                    assert t0 <= n < t0 + rows
+                                    u[b, n, ch:ch + 2] = acc[rr][p] + o[b, h, n, 2 * cp:2 * cp + 2]
+                        continue
                     runs = (rows + RUN - 1) // RUN
                     for i in range(runs * C4):  # lepe_rows_out's items: a run of RUN tokens × 4 channels
                         s, c = divmod(i, C4)
@@ -101,10 +146,11 @@ def check(B, H, d, gh, gw, ks, backward=False):
     err = (u - ref).abs().max().item()
     assert err < 1e-12, (B, H, d, gh, gw, ks, backward, err)
     what = "backward (dv)" if backward else "forward (u)"
-    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, items one-row/per-token {stats[True]}/{stats[False]}, max error {err:.1e}")
+    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, items block/one-row/per-token {stats['block']}/{stats[True]}/{stats[False]}, max error {err:.1e}")
 
-# DiT-S/2's grid; a cluster of 8 ranks; tiles ending mid-row; d 72; a grid narrower than R; one row
+# DiT-S/2's grid; a cluster of 8 ranks; tiles ending mid-row; d 72; a grid narrower than R; one row;
+# one-row tiles (the forward's 1 × 8 blocks); an 8-wide grid (2 × 4 blocks, 4 block rows a tile)
 for case in [(2, 1, 64, 16, 16, 5), (1, 1, 64, 32, 32, 5), (2, 1, 64, 12, 24, 3), (1, 2, 72, 16, 16, 5), (1, 1, 8, 40, 3, 5),
-             (1, 1, 8, 1, 70, 3), (1, 1, 8, 9, 7, 5), (1, 1, 8, 5, 13, 3)]:
+             (1, 1, 8, 1, 70, 3), (1, 1, 8, 9, 7, 5), (1, 1, 8, 5, 13, 3), (1, 1, 8, 2, 64, 5), (1, 1, 8, 16, 8, 3)]:
     for backward in (False, True):
         check(*case, backward=backward)

@@ -291,7 +291,8 @@ TEST_F(GatedTailKernels, RecomputeKeepsTheBlocksGradients) {
 // cluster of ranks (the forward's window past the kernel's shared memory; too large for the backward's,
 // which leaves LePE's dv to the tail), a 12 × 24 grid whose tiles end mid-row with LePE 3 (the
 // backward's window too large as well), d = 72 and LePE 3 (both in the kernels), a 9 × 14 grid (runs of
-// 4 tokens that cross a grid row, a last tile of 62 tokens: lepe_rows_out's per-token path); the backward with the
+// 4 tokens that cross a grid row, a last tile of 62 tokens: lepe_rows_out's per-token path), a 2 × 64 grid
+// (one-row tiles: the forward's 1 × 8 token blocks; the 16- and 32-wide grids take 2 × 4 blocks); the backward with the
 // hi + lo state and with bf16 alone (NALA_ONEPASS_BWD_STATE's two kernels). The kernel paths are counted
 // (lepe_in_attention_runs, lepe_in_attention_backward_runs), so a shape a kernel declines fails here
 // instead of passing unfused.
@@ -349,7 +350,8 @@ static void expect_lepe_in_attention_equal(std::initializer_list<LepeCase> cases
 
 TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
   expect_lepe_in_attention_equal({{48, 6, 64, 16, 16, 5, true}, {8, 6, 64, 32, 32, 5, false}, {48, 6, 64, 12, 24, 3, false},
-                                  {48, 5, 72, 16, 16, 5, true}, {48, 6, 64, 16, 16, 3, true}, {24, 6, 64, 9, 14, 3, true}});
+                                  {48, 5, 72, 16, 16, 5, true}, {48, 6, 64, 16, 16, 3, true}, {24, 6, 64, 9, 14, 3, true},
+                                  {48, 6, 64, 2, 64, 5, true}});
 }
 
 // The same shapes at batch 2, the one-pass kernels forced (NALA_ATTENTION_KERNEL=onepass; the automatic
@@ -358,8 +360,12 @@ TEST_F(GatedTailKernels, LepeInAttentionEqualsTheTwoOperations) {
 // compute-sanitizer's racecheck, which the test above outruns (a device call's 600 s).
 TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
   set_nala_cuda_kernel(NalaCudaKernel::OnePass);
-  expect_lepe_in_attention_equal({{2, 6, 64, 16, 16, 5, true}, {2, 6, 64, 32, 32, 5, false}, {2, 6, 64, 12, 24, 3, false},
-                                  {2, 5, 72, 16, 16, 5, true}, {2, 6, 64, 9, 14, 3, true}});
+  for (const bool blocks : {true, false}) {  // LePE over token blocks where tiles are whole grid rows, and runs of 4 everywhere
+    set_nala_lepe_blocks(blocks);
+    expect_lepe_in_attention_equal({{2, 6, 64, 16, 16, 5, true}, {2, 6, 64, 32, 32, 5, false}, {2, 6, 64, 12, 24, 3, false},
+                                    {2, 5, 72, 16, 16, 5, true}, {2, 6, 64, 9, 14, 3, true}, {2, 6, 64, 2, 64, 5, true}});
+  }
+  set_nala_lepe_blocks(true);
   set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# LePE inside the one-pass kernels over token blocks against runs of 4 (NALA_LEPE_BLOCKS,
+# attention/cuda/nala_cuda.cpp): Nsight Compute's duration and executed warp instructions of the
+# forward and backward one-pass kernels of NaLaDiT-S/2's training step (batch 256, 256 px, bf16, the
+# second step, eager), each setting twice, alternating; a table of the means a kernel and setting.
+#   bash scripts/device_build.sh prebuilt lepe-blocks        (LEPE_BLOCKS_RUNS, default "0 all 0 all")
+out=$1
+runs=${LEPE_BLOCKS_RUNS:-0 all 0 all}
+failed=0
+i=0
+for v in $runs; do
+  i=$((i + 1))
+  NALA_LEPE_BLOCKS=$v ncu --kernel-name regex:onepass_ --launch-skip 24 --launch-count 24 --clock-control none \
+    --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv --page raw \
+    ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 1 --cuda-graphs off \
+    > "$out/lepe_blocks_${i}_$v.csv" 2> "$out/lepe_blocks_${i}_$v.err" || { echo "lepe-blocks: ncu failed ($v)"; failed=1; }
+done
+python3 - "$out" $runs > "$out/lepe_blocks.md" <<'PY' || failed=1
+import csv, sys, collections
+out, runs = sys.argv[1], sys.argv[2:]
+acc = collections.defaultdict(list)  # (kernel, setting) -> [(µs, warp instructions)]
+for i, v in enumerate(runs, 1):
+    rows = list(csv.reader(open(f"{out}/lepe_blocks_{i}_{v}.csv")))
+    head = next(r for r in rows if "Kernel Name" in r)
+    k, t, n = head.index("Kernel Name"), head.index("gpu__time_duration.sum"), head.index("smsp__inst_executed.sum")
+    units = rows[rows.index(head) + 1]
+    us = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[units[t]]
+    for r in rows[rows.index(head) + 2:]:
+        if len(r) > max(k, t, n) and "onepass" in r[k]:
+            name = "backward" if "backward" in r[k] else "forward"
+            acc[(name, v)].append((float(r[t].replace(",", "")) * us, float(r[n].replace(",", ""))))
+print("| kernel | NALA_LEPE_BLOCKS | launches | µs a launch | warp instructions a launch |")
+print("|---|---|---|---|---|")
+for (name, v), xs in sorted(acc.items()):
+    print(f"| {name} | {v} | {len(xs)} | {sum(x[0] for x in xs) / len(xs):.1f} | {sum(x[1] for x in xs) / len(xs):.4g} |")
+PY
+cat "$out/lepe_blocks.md"
+exit $failed
