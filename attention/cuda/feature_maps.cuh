@@ -346,6 +346,19 @@ __device__ __forceinline__ void nala_element_backward(float xj, const TokenStats
   }
 }
 
+// A key element's share of the nala backward for λ = 3 (CUBE) with the fast intrinsics: nala_element_backward's
+// key terms with the token's constants folded (ainv = α / max(n, ε_n), kq = (π/4)·α), θ's sine and cosine
+// by sincos_quarter_turn as the forward's φ_k takes them (nala_feature_fast), and the power's direct term
+// λ |x|^(λ−1) sign(x) ∂L/∂a as 3·x·|x|·∂L/∂a, 0 at x = 0 with no test.
+__device__ __forceinline__ void nala_key_backward_cube(float xj, float ainv, float kq, float g0, float g1, float& gxh, float& direct) {
+  const float t = f_tanh<true>(ainv * xj);
+  float sn, cs;
+  sincos_quarter_turn(t, &sn, &cs);
+  const float ax = fabsf(xj), a = xj * xj * ax;
+  gxh = (a * (g1 * cs - g0 * sn)) * (kq * (1.f - t * t));
+  direct = (g0 * cs + g1 * sn) * (3.f * xj * ax);
+}
+
 // A query element's share of the nala / nala-relu backward (as nala_element_backward, query) from its
 // φ values f0, f1 as stored (nala: a·cos θ, a·sin θ; nala-relu: a where x̂ > 0, a where x̂ < 0):
 //   ∂L/∂a · a = g0 f0 + g1 f1,   a·(g1 cos θ − g0 sin θ) = g1 f0 − g0 f1,
@@ -435,6 +448,7 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
       }
   } else {
     float dot = 0.f, gp = 0.f;
+    const float key_ainv = P.alpha * st.inv, key_kq = 0.78539816f * P.alpha;  // nala_key_backward_cube's token constants
     const auto elements = [&](auto relu, auto cube) {
 #pragma unroll
       for (int k = 0; k < CPL; ++k) {
@@ -454,6 +468,8 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
           float gxh, direct = 0.f;
           if constexpr (FROM_PHI)
             nala_query_backward_from_phi<decltype(relu)::value>(xj * st.inv, fval(0, u), fval(1, u), st, gval(k, u, 0), gval(k, u, 1), P, gxh, gp);
+          else if constexpr (decltype(cube)::value && !decltype(relu)::value)  // a key, λ = 3 (cube is never set for a query)
+            nala_key_backward_cube(xj, key_ainv, key_kq, gval(k, u, 0), gval(k, u, 1), gxh, direct);
           else
             nala_element_backward<true, decltype(relu)::value, decltype(cube)::value>(xj, st, gval(k, u, 0), gval(k, u, 1), P, query, gxh,
                                                                                       direct, gp);

@@ -299,7 +299,7 @@ __device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw
   acc[3] = fmaf(w.w, e[3], acc[3]);
 }
 // lepe_rows_out's path where the tile is whole grid rows (t0 and rows multiples of the grid's width W,
-// rows a multiple of BR·W, W of BC): a thread takes 2 channels of a block of BR rows × BC columns of
+// rows a multiple of BR·W, W of BC) and the head's taps are in shared memory (P.lepe_taps ≥ 0): a thread takes 2 channels of a block of BR rows × BC columns of
 // tokens (BR·BC = 8; the tile's 64 tokens and d 64 are 256 blocks × channel pairs, one a thread) at a
 // time, consecutive threads along the channel pairs (a warp reads 128 contiguous bytes a position).
 // Each of the block's BR + ks − 1 window rows is read once, BC + ks − 1 positions, for every tap row
@@ -309,8 +309,7 @@ __device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw
 // are tested against the grid's sides, once a block. The sums are lepe_rows_out's: an output's taps
 // row by row (its block row's window rows in order), fmaf, a tap outside the grid adding w·0.
 template <int D, int KS, int LD, int THREADS, bool BWD, int BR, int BC>
-__device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, LepeTaps taps,
-                                                const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back) {
+__device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back) {
   constexpr int C2 = D / 2, R = KS / 2, SPAN = BC + KS - 1, WROWS = BR + KS - 1;
   static_assert(BR * BC == 8, "8 tokens a block");
   const int W = P.grid_w, Dm = P.H * D;
@@ -322,7 +321,11 @@ __device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const
     const int blk = i / C2, cp = i - blk * C2;
     const int by = int((float(blk) + 0.5f) * inv_bw), y = t0 / W + by * BR, x = (blk - by * bw) * BC;
     const int ch = h * D + 2 * cp;  // the model channel of this thread's first
-    const float* wc = taps.w + 2 * cp;
+    // the taps in shared memory (lepe_rows_out takes this path only where P.lepe_taps ≥ 0), tap t's pair at
+    // wc + t·D: a pointer the compiler sees is shared (ld.shared at constant offsets, no generic 64-bit
+    // address a tap as from taps.w)
+    extern __shared__ float4 smem_f4[];
+    const float* wc = reinterpret_cast<const float*>(reinterpret_cast<const char*>(smem_f4) + P.lepe_taps) + 2 * cp;
     float2 b2 = make_float2(0.f, 0.f);
     if (!BWD) b2 = __ldg(reinterpret_cast<const float2*>(P.lepe_b + ch));
     float2 acc[BR][BC];
@@ -347,10 +350,9 @@ __device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const
       for (int q = 0; q < SPAN; ++q)
         v[q] = cuda_vec::unpack_bf16x2(row_in && col_in[q] ? *reinterpret_cast<const unsigned*>(src + q * D) : 0u);
       if (wr < KS) {  // block row 0, tap row wr
-        const float* wrow = wc + wr * KS * taps.stride;
 #pragma unroll
         for (int tj = 0; tj < KS; ++tj) {
-          wn[tj] = *reinterpret_cast<const float2*>(wrow + tj * taps.stride);
+          wn[tj] = *reinterpret_cast<const float2*>(wc + (wr * KS + tj) * D);
 #pragma unroll
           for (int p = 0; p < BC; ++p) {
             acc[0][p].x = fmaf(wn[tj].x, v[p + tj].x, acc[0][p].x);
@@ -396,11 +398,11 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
                                               const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back = nullptr) {
   constexpr int C4 = D / 4, R = KS / 2, RUN = LEPE_RUN, SPAN = RUN + KS - 1;
   static_assert(D % 4 == 0, "LePE in the kernels reads 4 channels at a time");
-  if (P.lepe_blocks && t0 % P.grid_w == 0) {  // whole grid rows: blocks of 2 × 4 or 1 × 8 tokens (uniform across the CTA)
-    if (P.grid_w % 4 == 0 && rows % (2 * P.grid_w) == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 2, 4>(P, win, r, taps, tile, b, h, t0, rows, back);
+  if (P.lepe_blocks && P.lepe_taps >= 0 && t0 % P.grid_w == 0) {  // whole grid rows, taps in shared memory: blocks of 2 × 4 or 1 × 8 tokens
+    if (P.grid_w % 4 == 0 && rows % (2 * P.grid_w) == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 2, 4>(P, win, r, tile, b, h, t0, rows, back);
     // one-row blocks: the forward only (a one-row tile's backward window, W ≥ 64 positions wide, does not fit the φ tile)
     if constexpr (!BWD)
-      if (P.grid_w % 8 == 0 && rows % P.grid_w == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 1, 8>(P, win, r, taps, tile, b, h, t0, rows, back);
+      if (P.grid_w % 8 == 0 && rows % P.grid_w == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 1, 8>(P, win, r, tile, b, h, t0, rows, back);
   }
   const int Dm = P.H * D, runs = (rows + RUN - 1) / RUN;
   for (int i = threadIdx.x; i < runs * C4; i += THREADS) {

@@ -4,13 +4,16 @@
 # forward and backward one-pass kernels of NaLaDiT-S/2's training step (batch 256, 256 px, bf16, the
 # second step, eager), each setting twice, alternating; a table of the means a kernel and setting.
 #   bash scripts/device_build.sh prebuilt lepe-blocks        (LEPE_BLOCKS_RUNS, default "0 all 0 all")
+# A run `baseline` takes the defaults with the baseline's libraries, which an ab-lib step earlier in the
+# call unpacked into build-device/baseline/lib (a kernel change against the code before it).
 out=$1
 runs=${LEPE_BLOCKS_RUNS:-0 all 0 all}
 failed=0
 i=0
 for v in $runs; do
   i=$((i + 1))
-  NALA_LEPE_BLOCKS=$v ncu --kernel-name regex:onepass_ --launch-skip 24 --launch-count 24 --clock-control none \
+  if [ "$v" = baseline ]; then set -- env LD_LIBRARY_PATH="$(pwd)/build-device/baseline/lib:$LD_LIBRARY_PATH"; else set -- env NALA_LEPE_BLOCKS="$v"; fi
+  "$@" ncu --kernel-name regex:onepass_ --launch-skip 24 --launch-count 24 --clock-control none \
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv --page raw \
     ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 1 --cuda-graphs off \
     > "$out/lepe_blocks_${i}_$v.csv" 2> "$out/lepe_blocks_${i}_$v.err" || { echo "lepe-blocks: ncu failed ($v)"; failed=1; }
