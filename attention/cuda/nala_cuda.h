@@ -77,7 +77,8 @@ void set_nala_onepass_ranks(int ranks);
 // (NALA_ONEPASS_EARLY_Q, default on; tests).
 void set_nala_onepass_early_q(bool on);
 // Whether LePE in the one-pass kernels takes blocks of 2 × 4 (1 × 8) tokens where a tile is whole grid
-// rows, or runs of 4 tokens everywhere (NALA_LEPE_BLOCKS, default on; tests: the same bits either way).
+// rows and the taps are in shared memory, or runs of 4 tokens everywhere (NALA_LEPE_BLOCKS, default on;
+// tests: the same bits either way).
 void set_nala_lepe_blocks(bool on);
 // The one-pass kernels' grids (tests), forward and backward: 0 one cluster a (batch, head) pair, n > 0
 // n clusters each taking pairs in turn, −1 as many as fit the GPU at once; nullopt as

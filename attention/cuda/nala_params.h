@@ -54,7 +54,8 @@ struct NalaKernelParams {
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
   bool state_lo = true;      // one-pass backward: S and dS' as bf16 hi + lo pairs (else hi only)
   bool early_q = true;       // one-pass forward: the first q tile's loads issued under the last k tile (NALA_ONEPASS_EARLY_Q)
-  bool lepe_blocks = true;   // one-pass kernels with LePE: blocks of 2 × 4 (1 × 8) tokens where a tile is whole grid rows (NALA_LEPE_BLOCKS)
+  bool lepe_blocks = true;   // one-pass kernels with LePE: blocks of 2 × 4 (1 × 8) tokens where a tile is whole grid rows
+                             // and the taps are in shared memory (lepe_taps ≥ 0; NALA_LEPE_BLOCKS)
   int slots = 0;             // one-pass kernels: clusters the grid holds (its y dimension), each taking (batch, head)
                              // pairs bh = blockIdx.y + i·gridDim.y in turn: n > 0 n of them, −1 as many as fit the GPU
                              // at once, 0 one cluster a pair (NALA_ONEPASS_PERSISTENT)

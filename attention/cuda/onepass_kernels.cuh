@@ -276,28 +276,6 @@ __device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, c
   return {dst, D};
 }
 
-// The outputs of tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the window and a staged tile
-// (bf16 rows t, leading dimension LD: o forward, the attention's dv backward). A thread takes 4
-// channels of a run of LEPE_RUN consecutive tokens at a time, consecutive threads along the
-// channels: each tap's 4 weights (taps: lepe_stage_taps; reversed for the backward by the host) are
-// read once for the run, and where the run lies in one grid row each window row's LEPE_RUN + ks − 1
-// positions are read once for all its taps (a run that crosses a row or the end reads per token).
-// Each output's sum is the same either way: bias (forward), then the taps row by row, fmaf.
-// Forward: u (B, N, H·D) at P.u; backward: dv at P.dv (strides P.grad_stride), and where back is
-// set (the staging tile itself: each output goes back to the position it read) dv as stored.
-constexpr int LEPE_RUN = 4;
-__device__ __forceinline__ void bf16x4_to_float(uint2 raw, float (&f)[4]) {
-  const float2 a = cuda_vec::unpack_bf16x2(raw.x), c = cuda_vec::unpack_bf16x2(raw.y);
-  f[0] = a.x, f[1] = a.y, f[2] = c.x, f[3] = c.y;
-}
-__device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw) {
-  float e[4];
-  bf16x4_to_float(raw, e);
-  acc[0] = fmaf(w.x, e[0], acc[0]);
-  acc[1] = fmaf(w.y, e[1], acc[1]);
-  acc[2] = fmaf(w.z, e[2], acc[2]);
-  acc[3] = fmaf(w.w, e[3], acc[3]);
-}
 // lepe_rows_out's path where the tile is whole grid rows (t0 and rows multiples of the grid's width W,
 // rows a multiple of BR·W, W of BC) and the head's taps are in shared memory (P.lepe_taps ≥ 0): a thread takes 2 channels of a block of BR rows × BC columns of
 // tokens (BR·BC = 8; the tile's 64 tokens and d 64 are 256 blocks × channel pairs, one a thread) at a
@@ -341,7 +319,7 @@ __device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const
     float2 wn[KS], wp[KS];
 #pragma unroll
     for (int wr = 0; wr < WROWS; ++wr) {
-      asm volatile("" ::: "memory");  // this window row's loads not hoisted above the previous row's sums (they spilled)
+      asm volatile("" ::: "memory");  // a compiler fence: without it every window row's loads went up front (spills)
       const int yy = y - R + wr;
       const bool row_in = yy >= 0 && yy < P.grid_h;
       const __nv_bfloat16* src = win + (int64_t(yy - r.y0) * W + x - R) * D + 2 * cp;  // read only where row_in and col_in
@@ -393,6 +371,28 @@ __device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const
   }
 }
 
+// The outputs of tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the window and a staged tile
+// (bf16 rows t, leading dimension LD: o forward, the attention's dv backward). A thread takes 4
+// channels of a run of LEPE_RUN consecutive tokens at a time, consecutive threads along the
+// channels: each tap's 4 weights (taps: lepe_stage_taps; reversed for the backward by the host) are
+// read once for the run, and where the run lies in one grid row each window row's LEPE_RUN + ks − 1
+// positions are read once for all its taps (a run that crosses a row or the end reads per token).
+// Each output's sum is the same either way: bias (forward), then the taps row by row, fmaf.
+// Forward: u (B, N, H·D) at P.u; backward: dv at P.dv (strides P.grad_stride), and where back is
+// set (the staging tile itself: each output goes back to the position it read) dv as stored.
+constexpr int LEPE_RUN = 4;
+__device__ __forceinline__ void bf16x4_to_float(uint2 raw, float (&f)[4]) {
+  const float2 a = cuda_vec::unpack_bf16x2(raw.x), c = cuda_vec::unpack_bf16x2(raw.y);
+  f[0] = a.x, f[1] = a.y, f[2] = c.x, f[3] = c.y;
+}
+__device__ __forceinline__ void fma4(float (&acc)[4], const float4& w, uint2 raw) {
+  float e[4];
+  bf16x4_to_float(raw, e);
+  acc[0] = fmaf(w.x, e[0], acc[0]);
+  acc[1] = fmaf(w.y, e[1], acc[1]);
+  acc[2] = fmaf(w.z, e[2], acc[2]);
+  acc[3] = fmaf(w.w, e[3], acc[3]);
+}
 template <int D, int KS, int LD, int THREADS, bool BWD>
 __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const __nv_bfloat16* win, LepeRows r, LepeTaps taps,
                                               const __nv_bfloat16* tile, int b, int h, int t0, int rows, __nv_bfloat16* back = nullptr) {
@@ -400,7 +400,8 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
   static_assert(D % 4 == 0, "LePE in the kernels reads 4 channels at a time");
   if (P.lepe_blocks && P.lepe_taps >= 0 && t0 % P.grid_w == 0) {  // whole grid rows, taps in shared memory: blocks of 2 × 4 or 1 × 8 tokens
     if (P.grid_w % 4 == 0 && rows % (2 * P.grid_w) == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 2, 4>(P, win, r, tile, b, h, t0, rows, back);
-    // one-row blocks: the forward only (a one-row tile's backward window, W ≥ 64 positions wide, does not fit the φ tile)
+    // 1 × 8 blocks (tiles of an odd number of rows): the forward only, one kernel variant fewer in the backward
+    // (chosen, not measured; at DiT's sizes the backward's tiles are 4 or 2 rows, or its window does not fit)
     if constexpr (!BWD)
       if (P.grid_w % 8 == 0 && rows % P.grid_w == 0) return lepe_blocks_out<D, KS, LD, THREADS, BWD, 1, 8>(P, win, r, tile, b, h, t0, rows, back);
   }

@@ -39,7 +39,7 @@ def check(B, H, d, gh, gw, ks, backward=False):
     # backward: the one-pass backward's use (onepass_backward.cuh): the window of ∂L/∂u (here `v`), the
     # taps reversed, no bias; the attention's dv (here `o`) added; against conv2d's input gradient
     N, D, R, C4 = gh * gw, H * d, ks // 2, d // 4
-    stats = {'block': 0, True: 0, False: 0}  # items by path: token blocks, one grid row, per token
+    stats = {(2, 4): 0, (1, 8): 0, True: 0, False: 0}  # items by path: 2 × 4 and 1 × 8 token blocks, one grid row, per token
     v = torch.randn(B, H, N, d, dtype=torch.float64)
     o = torch.randn(B, H, N, d, dtype=torch.float64)
     w = torch.randn(D, 1, ks, ks, dtype=torch.float64)
@@ -75,7 +75,7 @@ def check(B, H, d, gh, gw, ks, backward=False):
                             by = int((torch.tensor(float(blk), dtype=torch.float32) + 0.5) * inv_bw)
                             assert by == blk // bw, (blk, bw, by)
                             y, x = t0 // gw + by * BR, (blk - by * bw) * BC
-                            stats['block'] += 1
+                            stats[block] += 1
                             ch = h * d + 2 * cp
                             acc = [[bias[ch:ch + 2].clone() for _ in range(BC)] for _ in range(BR)]
                             for wr in range(BR + ks - 1):  # window rows, each read once for the block
@@ -146,7 +146,7 @@ def check(B, H, d, gh, gw, ks, backward=False):
     err = (u - ref).abs().max().item()
     assert err < 1e-12, (B, H, d, gh, gw, ks, backward, err)
     what = "backward (dv)" if backward else "forward (u)"
-    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, items block/one-row/per-token {stats['block']}/{stats[True]}/{stats[False]}, max error {err:.1e}")
+    print(f"{what:13} B {B} H {H} d {d} grid {gh}x{gw} ks {ks}: {ranks} rank(s) of {per} tokens, window ≤ {limit} bytes, items 2x4/1x8/one-row/per-token {stats[(2, 4)]}/{stats[(1, 8)]}/{stats[True]}/{stats[False]}, max error {err:.1e}")
 
 # DiT-S/2's grid; a cluster of 8 ranks; tiles ending mid-row; d 72; a grid narrower than R; one row;
 # one-row tiles (the forward's 1 × 8 blocks); an 8-wide grid (2 × 4 blocks, 4 block rows a tile)

@@ -18,7 +18,7 @@ def test_lepe_emulation_matches_conv2d():
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [l for l in r.stdout.splitlines() if "max error" in l]
     assert len(lines) == 20, r.stdout
-    paths = [tuple(int(x) for x in re.search(r"block/one-row/per-token (\d+)/(\d+)/(\d+)", l).groups()) for l in lines]
-    for i, name in enumerate(["token blocks", "one-row runs", "per-token runs"]):
+    paths = [tuple(int(x) for x in re.search(r"2x4/1x8/one-row/per-token (\d+)/(\d+)/(\d+)/(\d+)", l).groups()) for l in lines]
+    for i, name in enumerate(["2 × 4 token blocks", "1 × 8 token blocks", "one-row runs", "per-token runs"]):
         assert any(p[i] > 0 for p in paths), f"no case took the {name}"
     assert all(float(re.search(r"max error (\S+)", l).group(1)) < 1e-12 for l in lines)
