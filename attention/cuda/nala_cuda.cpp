@@ -136,8 +136,7 @@ EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {
 // NALA_LEPE_BLOCKS=all (default) | forward | 0: LePE in the one-pass kernels (both, the forward alone,
 // neither) over blocks of 2 × 4 (the forward also 1 × 8) tokens and 2 channels a thread where a tile is
 // whole grid rows and the head's taps fit shared memory, else runs of 4 tokens and 4 channels (the
-// earlier loop). The same sums in the same
-// order: the same bits (onepass_kernels.cuh, lepe_blocks_out; docs/benchmarks.md, forty-sixth session).
+// earlier loop). The same sums in the same order: the same bits (onepass_kernels.cuh, lepe_blocks_out; docs/benchmarks.md, forty-sixth session).
 enum class LepeBlocks { None, Forward, All };
 EnvChoice<LepeBlocks> g_lepe_blocks{"NALA_LEPE_BLOCKS", {{"all", LepeBlocks::All}, {"forward", LepeBlocks::Forward}, {"0", LepeBlocks::None}}, {}};
 

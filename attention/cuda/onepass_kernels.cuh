@@ -276,10 +276,22 @@ __device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, c
   return {dst, D};
 }
 
+// An output channel pair of LePE in the one-pass kernels from its sums (a0, a1) and the staged tile's
+// pair tf, as bf16: forward u = sums + o, rounded once; backward LePE's dv rounded as its own kernel
+// rounds it (+ its zero residual), then added to the attention's dv as the gradients' gather adds them
+// (ops/cuda/gather_heads.cu). Both LePE paths (lepe_blocks_out, lepe_rows_out) store through it.
+template <bool BWD>
+__device__ __forceinline__ __nv_bfloat162 lepe_out_pair(float a0, float a1, float2 tf) {
+  if (!BWD) return __floats2bfloat162_rn(a0 + tf.x, a1 + tf.y);
+  const __nv_bfloat162 lr = __floats2bfloat162_rn(a0 + 0.f, a1 + 0.f);
+  const float2 lf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lr));
+  return __floats2bfloat162_rn(tf.x + lf.x, tf.y + lf.y);
+}
+
 // lepe_rows_out's path where the tile is whole grid rows (t0 and rows multiples of the grid's width W,
-// rows a multiple of BR·W, W of BC) and the head's taps are in shared memory (P.lepe_taps ≥ 0): a thread takes 2 channels of a block of BR rows × BC columns of
-// tokens (BR·BC = 8; the tile's 64 tokens and d 64 are 256 blocks × channel pairs, one a thread) at a
-// time, consecutive threads along the channel pairs (a warp reads 128 contiguous bytes a position).
+// rows a multiple of BR·W, W of BC) and the head's taps are in shared memory (P.lepe_taps ≥ 0): a thread
+// takes 2 channels of a block of BR rows × BC columns of tokens (BR·BC = 8; the tile's 64 tokens and
+// d 64 are 256 blocks × channel pairs, one a thread) at a time, consecutive threads along the channel pairs (a warp reads 128 contiguous bytes a position).
 // Each of the block's BR + ks − 1 window rows is read once, BC + ks − 1 positions, for every tap row
 // of every block row it serves: (BR + ks − 1)(BC + ks − 1) positions for 8 tokens where runs of 4 read
 // ks (4 + ks − 1) for 4, and each position's bf16 pair unpacked once (Nsight Compute, forty-fifth
@@ -356,14 +368,7 @@ __device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const
       for (int p = 0; p < BC; ++p) {
         const int n = (y + rr) * W + x + p, t = n - t0;
         const float2 tf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(tile + t * LD + 2 * cp));
-        __nv_bfloat162 o2;
-        if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum (as lepe_rows_out)
-          const __nv_bfloat162 lr = __floats2bfloat162_rn(acc[rr][p].x + 0.f, acc[rr][p].y + 0.f);
-          const float2 lf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lr));
-          o2 = __floats2bfloat162_rn(tf.x + lf.x, tf.y + lf.y);
-        } else {
-          o2 = __floats2bfloat162_rn(acc[rr][p].x + tf.x, acc[rr][p].y + tf.y);
-        }
+        const __nv_bfloat162 o2 = lepe_out_pair<BWD>(acc[rr][p].x, acc[rr][p].y, tf);
         __nv_bfloat16* dst = BWD ? grad_row(P.dv, P, b, h, n) + 2 * cp : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n) * Dm + ch;
         *reinterpret_cast<__nv_bfloat162*>(dst) = o2;
         if (BWD && back != nullptr) *reinterpret_cast<__nv_bfloat162*>(back + t * LD + 2 * cp) = o2;
@@ -462,15 +467,7 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
       bf16x4_to_float(*reinterpret_cast<const uint2*>(tile + (t + p) * LD + 4 * c), tf);
       __nv_bfloat162 o2[2];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if (BWD) {  // LePE's dv as its own kernel rounds it, then the gather's sum
-          const __nv_bfloat162 lr = __floats2bfloat162_rn(acc[p][2 * u] + 0.f, acc[p][2 * u + 1] + 0.f);  // + its zero residual
-          const float2 lf = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(&lr));
-          o2[u] = __floats2bfloat162_rn(tf[2 * u] + lf.x, tf[2 * u + 1] + lf.y);
-        } else {
-          o2[u] = __floats2bfloat162_rn(acc[p][2 * u] + tf[2 * u], acc[p][2 * u + 1] + tf[2 * u + 1]);
-        }
-      }
+      for (int u = 0; u < 2; ++u) o2[u] = lepe_out_pair<BWD>(acc[p][2 * u], acc[p][2 * u + 1], make_float2(tf[2 * u], tf[2 * u + 1]));
       __nv_bfloat16* dst = BWD ? grad_row(P.dv, P, b, h, n + p) + 4 * c
                                : static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + n + p) * Dm + ch;
       *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(o2);
