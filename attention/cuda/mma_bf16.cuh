@@ -44,6 +44,13 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// m16n8k8: a0 = A(g, 2t..2t+1), a1 = A(g+8, 2t..); b0 = B(2t..2t+1, g); C as m16n8k16's
+__device__ __forceinline__ void mma_bf16_k8(float (&c)[4], const uint32_t (&a)[2], uint32_t b0) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b0));
+}
+
 // ---- where this lane points ldmatrix (tiles are bf16, row-major with leading dimension ld) -----
 // A(m, k) stored as rows m (k contiguous): the 16×16 A fragment at (m0, k0), non-transposed load.
 __device__ __forceinline__ int a_rows_at(int m0, int k0, int ld) {

@@ -140,6 +140,11 @@ EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {
 enum class LepeBlocks { None, Forward, All };
 EnvChoice<LepeBlocks> g_lepe_blocks{"NALA_LEPE_BLOCKS", {{"all", LepeBlocks::All}, {"forward", LepeBlocks::Forward}, {"0", LepeBlocks::None}}, {}};
 
+// NALA_LEPE_MMA=0 (default) | 1: the one-pass forward's LePE on the tensor cores (onepass_kernels.cuh
+// lepe_mma_out) where the head dim is 64 and the grid 16 tokens wide (NaLaDiT at 256 px), the taps as bf16
+// hi + lo pairs: within rounding of the other paths (float32 taps, fmaf), not the same bits.
+EnvChoice<bool> g_lepe_mma{"NALA_LEPE_MMA", {{"1", true}, {"0", false}}, {}};
+
 // NALA_ONEPASS_PERSISTENT=0 (default) | forward | all: which one-pass kernels (head dim 64, the nala
 // maps) run as a persistent grid, as many clusters as fit the GPU at once, each taking (batch, head)
 // pairs in turn and copying the next pair's first tiles to shared memory under the current pair's last
@@ -227,6 +232,40 @@ void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
 void set_nala_onepass_early_q(bool on) { g_early_q.value = on; }
 void set_nala_lepe_blocks(bool on) { g_lepe_blocks.value = on ? LepeBlocks::All : LepeBlocks::None; }
+void set_nala_lepe_mma(bool on) { g_lepe_mma.value = on; }
+
+at::Tensor nala_lepe_mma_table(const at::Tensor& taps, int64_t H, int64_t d, int64_t ks) {
+  TORCH_CHECK(taps.dim() == 2 && taps.size(0) == ks * ks && taps.size(1) == H * d && taps.scalar_type() == at::kFloat && (ks == 3 || ks == 5),
+              "nala_lepe_mma_table: taps must be (ks², H·d) float32 with ks 3 or 5; got ", taps.sizes(), " ", taps.scalar_type(), ", H ", H, ", d ", d,
+              ", ks ", ks);
+  const int64_t bytes = cuda::lepe_mma_table_bytes(int(d), int(ks));
+  at::Tensor out = at::empty({H, bytes}, taps.options().dtype(at::kByte));  // (H, bytes)
+  if (taps.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(taps.device());
+    const at::Tensor t = aligned_f32(taps);
+    cuda::launch_lepe_mma_table(t.data_ptr<float>(), int(H), int(d), int(ks), out.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
+    return out;
+  }
+  // the twin: w[dy, dx, h, c] padded with zero rows dy = −3 … −1 and ks … 7; row j + 2 (j = −2 … 7) the pair (w[j − 1], w[j])
+  const at::Tensor w = taps.contiguous().view({ks, ks, H, d});                       // (dy, dx, H, d)
+  at::Tensor wp = at::zeros({11, ks, H, d}, taps.options());                        // (dy + 3, dx, H, d)
+  wp.narrow(0, 3, ks).copy_(w);
+  const at::Tensor pair = at::stack({wp.narrow(0, 0, 10), wp.narrow(0, 1, 10)}, -1);  // (j + 2, dx, H, d, 2)
+  const at::Tensor hi = pair.to(at::kBFloat16);                                    // (j + 2, dx, H, d, 2)
+  const at::Tensor lo = (pair - hi.to(at::kFloat)).to(at::kBFloat16);               // (j + 2, dx, H, d, 2)
+  auto col = [](const at::Tensor& t, int64_t dx) { return t.select(1, dx).view(at::kShort); };  // (j + 2, H, d, 2)
+  std::vector<at::Tensor> k16;  // each (8, H, d, 4, 2): rows j + 2 < 8 of a pair of tap columns
+  for (int64_t g = 0; g < ks / 2; ++g)
+    k16.push_back(at::stack({col(hi, 2 * g), col(hi, 2 * g + 1), col(lo, 2 * g), col(lo, 2 * g + 1)}, -2).narrow(0, 0, 8));
+  const at::Tensor part16 = at::constant_pad_nd(at::cat(k16, 0).permute({1, 0, 2, 3, 4}), {0, 0, 0, 0, 0, 1, 0, 2});  // (H, 8 g + 2, d + 1, 4, 2)
+  std::vector<at::Tensor> parts{part16.reshape({H, -1})};
+  if (ks % 2 == 1)  // the last tap column: (H, 10, d + 1, 2, 2)
+    parts.push_back(at::constant_pad_nd(at::stack({col(hi, ks - 1), col(lo, ks - 1)}, -2).permute({1, 0, 2, 3, 4}), {0, 0, 0, 0, 0, 1}).reshape({H, -1}));
+  const at::Tensor e = at::cat(parts, 1);  // (H, bytes / 2) int16
+  TORCH_CHECK(e.size(1) * 2 == bytes, "nala_lepe_mma_table: ", e.size(1) * 2, " bytes a head, the layout has ", bytes);
+  out.copy_(e.contiguous().view(at::kByte).view({H, bytes}));
+  return out;
+}
 void set_nala_onepass_slots(std::optional<int> slots) {
   TORCH_CHECK(!slots || *slots >= -1, "set_nala_onepass_slots: -1 (as many as fit), 0 (one cluster a pair) or a count, got ", *slots);
   g_slots = slots;
@@ -392,11 +431,20 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   const int feat = int(feature_dim(opt.feature_map, 1));
   if (!(p.vec_loads && cuda::onepass_supported(p.D, feat) && (ks == 3 || ks == 5))) return r;
   if (!take_onepass(p, feat, q)) return r;
-  if (!cuda::onepass_lepe_layout(p.D, feat, ks, lepe_window_bytes(p, grid_h, grid_w, ks), p.lepe_window, p.lepe_smem)) return r;
+  // LePE on the tensor cores reads a window of 8 rows of 16 positions, whatever the tile's rows
+  const bool mma = g_lepe_mma.get() && p.D == 64 && feat == 2 && grid_w == 16;
+  const int window = mma ? std::max(lepe_window_bytes(p, grid_h, grid_w, ks), 8 * 16 * p.D * 2) : lepe_window_bytes(p, grid_h, grid_w, ks);
+  if (!cuda::onepass_lepe_layout(p.D, feat, ks, window, p.lepe_window, p.lepe_smem)) return r;
   TORCH_CHECK(lepe_w.device() == q.device() && (!lepe_b.defined() || lepe_b.device() == q.device()), "nala_forward_lepe_cuda: the LePE parameters are on ",
               lepe_w.device(), ", q on ", q.device());
   const at::Tensor wt = taps_f32(lepe_w);                                                                          // (ks², D)
   const at::Tensor bias = lepe_b.defined() ? aligned_f32(lepe_b) : at::zeros({Dm}, q.options().dtype(at::kFloat));  // (D)
+  at::Tensor table;  // (H, bytes): LePE on the tensor cores (d 64, 16 tokens wide; the launch may still fall back to the taps)
+  if (mma) {
+    table = nala_lepe_mma_table(wt, p.H, p.D, ks);
+    p.lepe_mma = true;
+    p.lepe_mma_table = table.data_ptr();
+  }
   p.lepe_ks = ks;
   p.grid_h = int(grid_h);
   p.grid_w = int(grid_w);

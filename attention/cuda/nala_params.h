@@ -78,7 +78,26 @@ struct NalaKernelParams {
   // Both: the launch sets lepe_taps, the byte of shared memory where the kernel copies its head's taps,
   // or −1 to read them from lepe_wt (nala_onepass.cu onepass_lepe_taps).
   int lepe_ks = 0, grid_h = 0, grid_w = 0, lepe_window = 0, lepe_smem = 0, lepe_taps = -1;
+  // One-pass forward with LePE on the tensor cores (NALA_LEPE_MMA; d 64, grid_w 16): lepe_mma_table holds
+  // every head's taps as bf16 hi + lo pairs in the layout the products read (lepe_mma_table_bytes a head;
+  // nala_lepe_mma_table builds it), copied to shared memory at lepe_taps in place of the float32 taps.
+  bool lepe_mma = false;
+  const void* lepe_mma_table = nullptr;
 };
+
+// LePE on the tensor cores (onepass_kernels.cuh, lepe_mma_out): a head's table holds, for the taps as bf16
+// pairs hi(dx) = (w[c, j − 1, dx], w[c, j, dx]) rounded to nearest (the lower row in the low half) and
+// lo(dx) = their remainders w − hi rounded (w[c, dy, dx] = 0 outside dy 0 … ks − 1):
+//   the k16 products' part: for each pair of tap columns (2g, 2g + 1), g < ks / 2, 8 rows j = −2 … 5 (row
+//   8g + j + 2; rows 8g + 8, 8g + 9 are the next pair's zero rows j = −2, −1, or 2 zero rows past the last),
+//   each of d + 1 entries of 16 bytes {hi(2g), hi(2g + 1), lo(2g), lo(2g + 1)} (entry d zero: a pad that
+//   keeps a warp's rows off one bank);
+//   for odd ks the last tap column's (the k8 product's): 10 rows j = −2 … 7 of d + 1 entries of 8 bytes {hi, lo}.
+constexpr int lepe_mma_k16_bytes(int d, int ks) { return ((ks / 2) * 8 + 2) * (d + 1) * 16; }
+constexpr int lepe_mma_table_bytes(int d, int ks) { return lepe_mma_k16_bytes(d, ks) + (ks % 2 == 1 ? 10 * (d + 1) * 8 : 0); }
+// Writes every head's table (H · lepe_mma_table_bytes(d, ks) bytes at out) from taps (ks², H·d) float32
+// tap-major (lepe_wt's layout), on `stream` (lepe_mma_table.cu).
+void launch_lepe_mma_table(const float* taps, int H, int d, int ks, void* out, void* stream);
 
 // Sizes that nala_cuda.cpp needs to allocate buffers and pick the sequence split.
 struct NalaKernelShape {

@@ -476,6 +476,142 @@ __device__ __forceinline__ void lepe_rows_out(const NalaKernelParams& P, const _
   }
 }
 
+// ---- LePE on the tensor cores (P.lepe_mma: the forward, d 64, a grid 16 tokens wide; NALA_LEPE_MMA).
+// A depthwise convolution shares no operand across channels, but within one channel each tap column dx is
+// a product over the window's rows: with the tile's RT ≤ 4 grid rows and its window rows y' = 0 … 7 (grid
+// row t0/16 − R + y', zeros outside the grid and past RT + ks − 1),
+//   C_c[x][y] = Σ_dx Σ_y' V_c[y'][x + dx − R] · w_c[y' − y][dx]      (x < 16, y < RT; w_c = 0 outside 0 … ks − 1)
+// one mma.m16n8k16 per channel and pair of tap columns (M = the 16 columns x, K = y' of dx | y' of dx + 1,
+// N = the 8 rows y, RT of them kept), an m16n8k8 for an odd last dx; the taps as bf16 hi + lo pairs (two
+// products: w to 16 significant bits, v's bf16 exact), fp32 accumulation. Not lepe_conv's order of sums:
+// within rounding of it, not the same bits. ≈ 30 warp instructions a channel and tile against ≈ 100 for the
+// blocks (lepe_blocks_out: 400 FMAs a thread item, half its instructions).
+// Shared memory: v's window by cp.async as 8 rows × 16 columns × d (chunk k of position (y', x) at
+// 16-byte slot k ^ y': the transposing loads below read 8 rows of one chunk without bank conflicts), then
+// transposed by ldmatrix.trans into the φ tile's memory (φ_q is read by then) as channel-major slots of
+// the 8 window rows, a slot a (channel, column) and a zero slot (x = 16) a channel; the table of
+// nala_lepe_mma_table (P.lepe_taps, per head; layout: nala_params.h).
+template <int D, int KS>
+struct LepeMma {
+  static constexpr int R = KS / 2, W = 16, WROWS = 8, CH = D / 8;
+  static constexpr int SLOT = WROWS * 2;                // bytes: a (channel, column)'s 8 window rows
+  static constexpr int CH_BYTES = (W + 1) * SLOT;       // a channel's columns and its zero slot: 272, 68 words (≡ 4 mod 32)
+  static constexpr int T_BYTES = D * CH_BYTES;          // the transposed window
+  static constexpr int ROW16 = (D + 1) * 16, ROW8 = (D + 1) * 8;  // a table row of the k16 part, of the k8 part
+  static constexpr int K16_BYTES = lepe_mma_k16_bytes(D, KS), TABLE_BYTES = lepe_mma_table_bytes(D, KS);
+  static constexpr int GROUPS = (KS + 1) / 2;           // tap columns in pairs (k16), an odd last one (k8)
+  static_assert(D == 64, "the transposed window fills the φ tile at d 64 (and the window's swizzle needs 8 chunks)");
+  static_assert(OnePass<D, 2>::TILE / W + KS - 1 <= WROWS, "a tile's window rows fit one k8 step");
+  static_assert(T_BYTES <= OnePass<D, 2>::TILE * OnePass<D, 2>::LDPH * 2, "the transposed window in the φ tile's memory");
+  static_assert(TABLE_BYTES % 16 == 0, "the table by 16-byte copies");
+};
+
+// This head's table (P.lepe_mma_table) to shared memory at P.lepe_taps, one cp.async group (lands, as
+// lepe_stage_taps' copies, by the tile's wait and barrier before the first products).
+template <int D, int KS, int THREADS>
+__device__ __forceinline__ void lepe_mma_stage_table(const NalaKernelParams& P, char* sm, int h) {
+  constexpr int BYTES = LepeMma<D, KS>::TABLE_BYTES;
+  const char* src = static_cast<const char*>(P.lepe_mma_table) + int64_t(h) * BYTES;
+  for (int i = threadIdx.x; i < BYTES / 16; i += THREADS) nala::cuda_async::cp_async<16>(sm + P.lepe_taps + 16 * i, src + 16 * i);
+  nala::cuda_async::cp_async_commit();
+}
+
+// v's window of the tile t0 … t0 + rows − 1 (rows a multiple of 16): position (y', x) = grid (t0/16 − R + y', x),
+// y' < 8, zero-filled outside the grid and past rows/16 + ks − 1, chunk k at win + (16 y' + x)·D + 8 (k ^ y').
+template <int D, int KS, int THREADS>
+__device__ __forceinline__ void lepe_mma_stage_window(__nv_bfloat16* win, const NalaKernelParams& P, int b, int h, int t0, int rows) {
+  using L = LepeMma<D, KS>;
+  const __nv_bfloat16* base = static_cast<const __nv_bfloat16*>(P.v) + b * P.v_stride[0] + h * P.v_stride[1];
+  const int y_first = t0 / L::W - L::R, y_rows = rows / L::W + KS - 1;
+  for (int i = threadIdx.x; i < L::WROWS * L::W * L::CH; i += THREADS) {
+    const int pos = i / L::CH, k = i - pos * L::CH, yw = pos / L::W, Y = y_first + yw;
+    const bool valid = yw < y_rows && Y >= 0 && Y < P.grid_h;
+    const __nv_bfloat16* src = valid ? base + int64_t(Y * L::W + pos % L::W) * P.v_stride[2] + 8 * k : base;
+    nala::cuda_async::cp_async_zfill16(win + pos * D + 8 * (k ^ yw), src, valid);
+  }
+  nala::cuda_async::cp_async_commit();
+}
+
+// u = o + LePE(v) + b for the tile's rows (a multiple of 16, ≤ 64) on the tensor cores, o staged in tile (rows t,
+// leading dimension LD), rewritten there in place and then copied to P.u. win: lepe_mma_stage_window's (landed
+// and visible); wt: the φ tile's memory (free); table: the head's, in shared memory. Three barriers.
+template <int D, int KS, int LD, int THREADS>
+__device__ __forceinline__ void lepe_mma_out(const NalaKernelParams& P, const __nv_bfloat16* win, char* wt, const char* table,
+                                             __nv_bfloat16* tile, int b, int h, int t0, int rows) {
+  using L = LepeMma<D, KS>;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  // 1. transpose: 8 × 8 matrices (window rows y' × channels 8k …) at column x, x4 a time; lane (g, t) gets
+  //    rows 2t, 2t + 1 of channel 8k + g, one 4-byte store into its slot
+  constexpr int MATRICES = L::W * L::CH, PER_WARP = MATRICES / (THREADS / 32);
+  static_assert(PER_WARP % 4 == 0, "whole x4 loads a warp");
+#pragma unroll
+  for (int i = 0; i < PER_WARP / 4; ++i) {
+    const int mine = warp * PER_WARP + 4 * i + lane / 8, x = mine / L::CH, k = mine % L::CH, r = lane % 8;  // this lane's row address
+    uint32_t m[4];
+    ldsm_x4_t(m, win + (L::W * r + x) * D + 8 * (k ^ r));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int mq = warp * PER_WARP + 4 * i + q, xq = mq / L::CH, kq = mq % L::CH;
+      *reinterpret_cast<uint32_t*>(wt + (8 * kq + g) * L::CH_BYTES + xq * L::SLOT + 4 * t) = m[q];
+    }
+  }
+  if (threadIdx.x < D) *reinterpret_cast<uint4*>(wt + threadIdx.x * L::CH_BYTES + L::W * L::SLOT) = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+  // 2. the products: warp w takes channels 8w … 8w + 7 (d 64, 8 warps), a pair at a time
+  int aoff[L::GROUPS];  // this lane's ldmatrix row in a channel's slots: matrix q = lane / 8 is rows m = 8 (q & 1) + lane % 8 of dx 2·grp + (q >> 1)
+#pragma unroll
+  for (int grp = 0; grp < L::GROUPS; ++grp) {
+    const int q = lane / 8, X = 8 * (q & 1) + lane % 8 + 2 * grp + (q >> 1) - L::R;
+    aoff[grp] = (X >= 0 && X < L::W ? X : L::W) * L::SLOT;
+  }
+  // B(k = 2t, 2t + 1; n = g) = (w[2t − g], w[2t + 1 − g]) = the tap column's pair j = 2t − g + 1 (row j + 2 of
+  // its rows in the table); n = g ≥ 4 are rows y ≥ 4, never kept: any finite entry (j = 0)
+  const int jrow = (g < 4 ? 2 * t - g + 1 : 0) + 2;
+  const char* t16 = table + jrow * L::ROW16;                 // entry c of tap columns (2grp, 2grp + 1) at + grp·8·ROW16 + 16c
+  const char* t8 = table + L::K16_BYTES + jrow * L::ROW8;    // entry c of the last tap column (odd ks) at + 8c
+  const int RT = rows / L::W;
+#pragma unroll 1
+  for (int pr = 0; pr < 4; ++pr) {
+    const int c = 8 * warp + 2 * pr;
+    const float2 b2 = __ldg(reinterpret_cast<const float2*>(P.lepe_b + h * D + c));
+    float acc[2][4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[0][e] = b2.x, acc[1][e] = b2.y;
+#pragma unroll
+    for (int ch = 0; ch < 2; ++ch) {
+      const char* wc = wt + (c + ch) * L::CH_BYTES;
+#pragma unroll
+      for (int grp = 0; grp < L::GROUPS; ++grp) {
+        if (2 * grp + 1 < KS) {  // {hi(dx), hi(dx + 1), lo(dx), lo(dx + 1)}: the B fragments of the two products
+          uint32_t a[4];
+          ldsm_x4(a, wc + aoff[grp]);
+          const uint4 e = *reinterpret_cast<const uint4*>(t16 + grp * 8 * L::ROW16 + (c + ch) * 16);
+          mma_bf16(acc[ch], a, e.x, e.y);
+          mma_bf16(acc[ch], a, e.z, e.w);
+        } else {  // {hi, lo}
+          uint32_t a[2];
+          ldsm_x2(a, wc + aoff[grp]);
+          const uint2 e = *reinterpret_cast<const uint2*>(t8 + (c + ch) * 8);
+          mma_bf16_k8(acc[ch], a, e.x);
+          mma_bf16_k8(acc[ch], a, e.y);
+        }
+      }
+    }
+    // C(m = x, n = y): e = 0 … 3 are (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int x = g + 8 * (e >> 1), y = 2 * t + (e & 1);
+      if (y >= RT) continue;
+      __nv_bfloat16* o = tile + (y * L::W + x) * LD + c;
+      const float2 of = cuda_vec::unpack_bf16x2(*reinterpret_cast<const unsigned*>(o));
+      *reinterpret_cast<__nv_bfloat162*>(o) = lepe_out_pair<false>(acc[0][e], acc[1][e], of);
+    }
+  }
+  __syncthreads();  // every u in the tile, every read of the transposed window done
+  copy_rows_out<D, LD, OnePass<D, 2>::TILE, THREADS>(static_cast<__nv_bfloat16*>(P.u) + (int64_t(b) * P.N + t0) * P.H * D + h * D,
+                                                      int64_t(P.H) * D, tile, rows);
+}
+
 // KS > 0: LePE in the output (P.lepe_ks == KS; the block above), u written instead of o.
 // A cluster takes the (batch, head) pairs bh = blockIdx.y, blockIdx.y + gridDim.y, … (P.slots: a
 // persistent grid; one pair a cluster where gridDim.y = B·H). With P.next_stage ≥ 0 a pair's first k
@@ -513,7 +649,15 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     fk.fetch(kp, P.k_stride, b, h, begin, end, true, staged ? next_k : nullptr);
     fv.fetch(vp, P.v_stride, b, h, begin, end, staged ? next_k + TILE * D : nullptr);
     LepeTaps taps{nullptr, 0};
-    if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
+    // lepe_mma: the head's table in place of its taps (the one-pass forward at d 64 alone)
+    constexpr bool MMA_OK = KS > 0 && D == 64 && FEAT == 2;
+    const bool mma = MMA_OK && P.lepe_mma;
+    if constexpr (MMA_OK) {
+      if (mma) lepe_mma_stage_table<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
+      else taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);
+    } else if constexpr (KS > 0) {
+      taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
+    }
 
     // ---- phase 1: S' = Σ_i φ_k(k_i) [v_i | 1] over this rank's tokens
     float acc[O::UPW][O::NH][4] = {};
@@ -556,7 +700,12 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
       LepeRows lr{0, 0};
       if constexpr (KS > 0) {  // the window's copies fly under the products
         lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
-        lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
+        if constexpr (MMA_OK) {
+          if (mma) lepe_mma_stage_window<D, KS, O::THREADS>(lepe_win, P, b, h, t0, min(TILE, end - t0));
+          else lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
+        } else {
+          lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
+        }
       }
       // the next pair's first k, v tiles, a group after the window's: they fly under this tile's work
       const bool stage_next = next_k != nullptr && next < BH && t0 + TILE >= end;
@@ -585,7 +734,10 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
         else nala::cuda_async::cp_async_wait<0>();
       }
       __syncthreads();  // the o tile (and the window) visible to every thread
-      if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
+      if constexpr (MMA_OK) {
+        if (mma) lepe_mma_out<D, KS, O::LDV, O::THREADS>(P, lepe_win, sm + O::PHI, sm + P.lepe_taps, vs, b, h, t0, min(TILE, end - t0));
+        else lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
+      } else if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
       else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o) + (int64_t(bh) * P.N + t0) * D, D, vs, end - t0);
       fq = fq_next;
     }

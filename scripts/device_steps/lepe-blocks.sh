@@ -5,25 +5,30 @@
 # second step, eager), each setting twice, alternating; a table of the means a kernel and setting.
 #   bash scripts/device_build.sh prebuilt lepe-blocks        (LEPE_BLOCKS_RUNS, default "0 all 0 all")
 # A run `baseline` takes the defaults with the baseline's libraries, which an ab-lib step earlier in the
-# call unpacked into build-device/baseline/lib (a kernel change against the code before it).
+# call unpacked into build-device/baseline/lib (a kernel change against the code before it); a run
+# NAME=VALUE[,NAME=VALUE] sets those switches with the defaults otherwise (e.g. NALA_LEPE_MMA=1).
 out=$1
 runs=${LEPE_BLOCKS_RUNS:-0 all 0 all}
 failed=0
 i=0
 for v in $runs; do
   i=$((i + 1))
-  if [ "$v" = baseline ]; then set -- env LD_LIBRARY_PATH="$(pwd)/build-device/baseline/lib:$LD_LIBRARY_PATH"; else set -- env NALA_LEPE_BLOCKS="$v"; fi
+  case "$v" in
+    baseline) set -- env LD_LIBRARY_PATH="$(pwd)/build-device/baseline/lib:$LD_LIBRARY_PATH" ;;
+    *=*) set -- env ${v//,/ } ;;
+    *) set -- env NALA_LEPE_BLOCKS="$v" ;;
+  esac
   "$@" ncu --kernel-name regex:onepass_ --launch-skip 24 --launch-count 24 --clock-control none \
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv --page raw \
     ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 1 --cuda-graphs off \
-    > "$out/lepe_blocks_${i}_$v.csv" 2> "$out/lepe_blocks_${i}_$v.err" || { echo "lepe-blocks: ncu failed ($v)"; failed=1; }
+    > "$out/lepe_blocks_${i}.csv" 2> "$out/lepe_blocks_${i}.err" || { echo "lepe-blocks: ncu failed ($v)"; failed=1; }
 done
 python3 - "$out" $runs > "$out/lepe_blocks.md" <<'PY' || failed=1
 import csv, sys, collections
 out, runs = sys.argv[1], sys.argv[2:]
 acc = collections.defaultdict(list)  # (kernel, setting) -> [(µs, warp instructions)]
 for i, v in enumerate(runs, 1):
-    rows = list(csv.reader(open(f"{out}/lepe_blocks_{i}_{v}.csv")))
+    rows = list(csv.reader(open(f"{out}/lepe_blocks_{i}.csv")))
     head = next(r for r in rows if "Kernel Name" in r)
     k, t, n = head.index("Kernel Name"), head.index("gpu__time_duration.sum"), head.index("smsp__inst_executed.sum")
     units = rows[rows.index(head) + 1]
@@ -32,7 +37,7 @@ for i, v in enumerate(runs, 1):
         if len(r) > max(k, t, n) and "onepass" in r[k]:
             name = "backward" if "backward" in r[k] else "forward"
             acc[(name, v)].append((float(r[t].replace(",", "")) * us, float(r[n].replace(",", ""))))
-print("| kernel | NALA_LEPE_BLOCKS | launches | µs a launch | warp instructions a launch |")
+print("| kernel | run (NALA_LEPE_BLOCKS or switches) | launches | µs a launch | warp instructions a launch |")
 print("|---|---|---|---|---|")
 for (name, v), xs in sorted(acc.items()):
     print(f"| {name} | {v} | {len(xs)} | {sum(x[0] for x in xs) / len(xs):.1f} | {sum(x[1] for x in xs) / len(xs):.4g} |")

@@ -369,6 +369,62 @@ TEST_F(GatedTailKernels, LepeInAttentionOverClusterRanks) {
   set_nala_cuda_kernel(NalaCudaKernel::Auto);
 }
 
+// LePE on the tensor cores (NALA_LEPE_MMA; d 64, grids 16 tokens wide): its table bit for bit its CPU
+// twin's (ATen's casts and copies); u = o + LePE(v) + b within one bf16 rounding of the blocks' path (which
+// equals the two operations bit for bit, above) and of a float64 u (o as the one-pass kernel returns it plus
+// a float64 conv2d), differing from the blocks' in few elements; every output poisoned (NaN) first. Tiles of
+// 4, 3 and 1 grid rows (16, 12 and 9 rows), one rank and 3-4 ranks a pair, ks 5 and 3.
+TEST_F(GatedTailKernels, LepeOnTheTensorCores) {
+  for (const int64_t ks : {5, 3}) {
+    torch::manual_seed(5);
+    const at::Tensor taps = 0.2 * at::randn({ks * ks, 6 * 64}, at::kCUDA);  // (ks², H·d)
+    const at::Tensor gpu = nala_lepe_mma_table(taps, 6, 64, ks), twin = nala_lepe_mma_table(taps.cpu(), 6, 64, ks);
+    EXPECT_TRUE(at::equal(gpu.cpu(), twin)) << "ks " << ks << ": the table against its CPU twin";
+  }
+  set_nala_cuda_poison(true);
+  set_nala_cuda_kernel(NalaCudaKernel::OnePass);
+  struct C {
+    int64_t B, gh, ks;
+    int ranks;
+  };
+  for (const C& c : {C{8, 16, 5, 0}, C{8, 16, 3, 0}, C{4, 9, 5, 0}, C{4, 12, 5, 4}, C{2, 16, 5, 4}, C{3, 9, 3, 1}}) {
+    set_nala_onepass_ranks(c.ranks);
+    torch::manual_seed(13);
+    const int64_t H = 6, d = 64, W = 16, N = c.gh * W, D = H * d;
+    const std::string what = "B" + std::to_string(c.B) + " grid " + std::to_string(c.gh) + "x16 ks" + std::to_string(c.ks) + " ranks " +
+                             std::to_string(c.ranks);
+    const auto act = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+    const at::Tensor q = at::randn({c.B, H, N, d}, act), k = at::randn_like(q), v = at::randn_like(q);  // (B, H, N, d)
+    const at::Tensor w = 0.2 * at::randn({D, 1, c.ks, c.ks}, at::kCUDA), b = 0.1 * at::randn({D}, at::kCUDA);
+    const NalaOptions opt;
+    set_nala_lepe_mma(false);
+    const at::Tensor blocks = nala_forward_lepe_cuda(q, k, v, opt, false, w, b, c.gh, W).u;  // (B, N, D)
+    set_nala_lepe_mma(true);
+    const at::Tensor mma = nala_forward_lepe_cuda(q, k, v, opt, false, w, b, c.gh, W).u;  // (B, N, D)
+    set_nala_lepe_mma(false);
+    ASSERT_TRUE(blocks.defined() && mma.defined()) << what << ": the one-pass forward did not take LePE";
+    // float64: o as the kernel returns it, plus the convolution of v and the bias
+    const at::Tensor o = nala_forward_cuda(q, k, v, opt, false).o.transpose(1, 2).reshape({c.B, N, D}).to(at::kDouble);  // (B, N, D)
+    const at::Tensor vi = v.permute({0, 1, 3, 2}).reshape({c.B, D, c.gh, W}).to(at::kDouble);                           // (B, D, gh, W)
+    const at::Tensor conv = at::conv2d(vi, w.to(at::kDouble), b.to(at::kDouble), 1, c.ks / 2, 1, D);                     // (B, D, gh, W)
+    const at::Tensor u64 = o + conv.reshape({c.B, D, N}).transpose(1, 2);                                                // (B, N, D)
+    const at::Tensor m = mma.to(at::kDouble), r = blocks.to(at::kDouble);
+    EXPECT_FALSE(at::isnan(m).any().item<bool>()) << what << ": an element of u not written";
+    // one bf16 rounding: |x − y| ≤ 2⁻⁷ max(|x|, |y|) (+ 1e-6 for values near zero)
+    const double apart = ((m - r).abs() - at::maximum(m.abs(), r.abs()) * (1.0 / 128)).max().item<double>();
+    const double off64 = ((m - u64).abs() - u64.abs() * (1.0 / 128)).max().item<double>();
+    const double differ = (m != r).to(at::kDouble).mean().item<double>();
+    EXPECT_LE(apart, 1e-6) << what << ": tensor cores against the blocks";
+    EXPECT_LE(off64, 1e-4) << what << ": tensor cores against float64";
+    EXPECT_LE(differ, 0.02) << what << ": the fraction of elements that differ from the blocks'";
+    std::printf("  %-36s differ from the blocks in %.4f of u; max |u - u64| %.2e (blocks %.2e)\n", what.c_str(), differ,
+                (m - u64).abs().max().item<double>(), (r - u64).abs().max().item<double>());
+  }
+  set_nala_onepass_ranks(0);
+  set_nala_cuda_kernel(NalaCudaKernel::Auto);
+  set_nala_cuda_poison(false);
+}
+
 // The column sums the kernels make as they write the gradients in place (NALA_QKVG_COLUMN_SUMS), each
 // against the float64 sum of what they stored: the one-pass backward with LePE (nala_backward_cuda's
 // column_sums: dq, dk, dv) and ln_gate_bwd (gated_tail_backward's g_sum). Only nala's kernels and ATen's

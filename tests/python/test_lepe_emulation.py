@@ -22,3 +22,15 @@ def test_lepe_emulation_matches_conv2d():
     for i, name in enumerate(["2 × 4 token blocks", "1 × 8 token blocks", "one-row runs", "per-token runs"]):
         assert any(p[i] > 0 for p in paths), f"no case took the {name}"
     assert all(float(re.search(r"max error (\S+)", l).group(1)) < 1e-12 for l in lines)
+
+
+def test_lepe_mma_emulation_matches_conv2d():
+    """scripts/dev/lepe_mma_emulation.py: LePE on the tensor cores (lepe_mma_out), its table, swizzled
+    window, transposing loads, fragments and products emulated lane by lane against conv2d in float64 with
+    the table's taps (hi + lo), ks 5 and 3, tiles of 4, 3 and 1 grid rows: within 1e-12, no byte read unwritten."""
+    r = subprocess.run([sys.executable, str(SOURCE / "scripts" / "dev" / "lepe_mma_emulation.py")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stdout.splitlines() if "max error" in l]
+    assert len(lines) == 5, r.stdout
+    assert all(float(re.search(r"max error (\S+)", l).group(1)) < 1e-12 for l in lines)
