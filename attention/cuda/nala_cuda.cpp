@@ -143,7 +143,7 @@ EnvChoice<LepeBlocks> g_lepe_blocks{"NALA_LEPE_BLOCKS", {{"all", LepeBlocks::All
 // NALA_LEPE_MMA=0 (default) | 1: the one-pass forward's LePE on the tensor cores (onepass_kernels.cuh
 // lepe_mma_out) where the head dim is 64 and the grid 16 tokens wide (NaLaDiT at 256 px), the taps as bf16
 // hi + lo pairs: within rounding of the other paths (float32 taps, fmaf), not the same bits.
-EnvChoice<bool> g_lepe_mma{"NALA_LEPE_MMA", {{"1", true}, {"0", false}}, {}};
+EnvChoice<bool> g_lepe_mma{"NALA_LEPE_MMA", {{"0", false}, {"1", true}}, {}};
 
 // NALA_ONEPASS_PERSISTENT=0 (default) | forward | all: which one-pass kernels (head dim 64, the nala
 // maps) run as a persistent grid, as many clusters as fit the GPU at once, each taking (batch, head)
