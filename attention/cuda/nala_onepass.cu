@@ -152,10 +152,15 @@ static void onepass_forward(const NalaKernelParams& P, cudaStream_t st) {
   }
   if constexpr (FEAT == 2) {
     int smem = P.lepe_smem;
-    // LePE on the tensor cores: the head's table in place of its taps where it costs no CTA an SM, else the taps
-    Q.lepe_taps = P.lepe_mma && D == 64 ? place_past(lepe_mma_table_bytes(D, P.lepe_ks), smem) : -1;
+    // LePE on the tensor cores (one cluster a pair): the head's table in place of its taps where it costs no CTA an
+    // SM, else the taps and the blocks
+    Q.lepe_taps = P.lepe_mma && D == 64 && !PERSIST ? place_past(lepe_mma_table_bytes(D, P.lepe_ks), smem) : -1;
     Q.lepe_mma = Q.lepe_taps >= 0;
-    if (!Q.lepe_mma) Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
+    if constexpr (D == 64 && !PERSIST) {
+      if (Q.lepe_mma && P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5, false, true>, Q, threads, smem, st, "forward with LePE on the tensor cores");
+      if (Q.lepe_mma && P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3, false, true>, Q, threads, smem, st, "forward with LePE on the tensor cores");
+    }
+    Q.lepe_taps = onepass_lepe_taps(D, P.lepe_ks, smem);
     Q.next_stage = onepass_next_stage(P, false, smem);
     if (P.lepe_ks == 5) return launch_clustered(onepass_forward_kernel<D, FEAT, 5, PERSIST>, Q, threads, smem, st, "forward with LePE");
     if (P.lepe_ks == 3) return launch_clustered(onepass_forward_kernel<D, FEAT, 3, PERSIST>, Q, threads, smem, st, "forward with LePE");

@@ -570,7 +570,7 @@ __device__ __forceinline__ void lepe_mma_out(const NalaKernelParams& P, const __
   const char* t16 = table + jrow * L::ROW16;                 // entry c of tap columns (2grp, 2grp + 1) at + grp·8·ROW16 + 16c
   const char* t8 = table + L::K16_BYTES + jrow * L::ROW8;    // entry c of the last tap column (odd ks) at + 8c
   const int RT = rows / L::W;
-#pragma unroll 1
+#pragma unroll 2
   for (int pr = 0; pr < 4; ++pr) {
     const int c = 8 * warp + 2 * pr;
     const float2 b2 = __ldg(reinterpret_cast<const float2*>(P.lepe_b + h * D + c));
@@ -617,7 +617,9 @@ __device__ __forceinline__ void lepe_mma_out(const NalaKernelParams& P, const __
 // persistent grid; one pair a cluster where gridDim.y = B·H). With P.next_stage ≥ 0 a pair's first k
 // and v tiles are copied to shared memory under the previous pair's last q tile (stage_first_tile).
 // PERSIST false: the pair blockIdx.y alone (the loop's registers would spill in the one-pair kernels).
-template <int D, int FEAT, int KS = 0, bool PERSIST = false>
+// MMA: LePE on the tensor cores (P.lepe_mma; d 64, the nala maps, LePE; its own kernel, so that the others
+// keep their registers and code).
+template <int D, int FEAT, int KS = 0, bool PERSIST = false, bool MMA = false>
 __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKernelParams P) {
   using O = OnePass<D, FEAT>;
   using T = __nv_bfloat16;
@@ -649,12 +651,10 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
     fk.fetch(kp, P.k_stride, b, h, begin, end, true, staged ? next_k : nullptr);
     fv.fetch(vp, P.v_stride, b, h, begin, end, staged ? next_k + TILE * D : nullptr);
     LepeTaps taps{nullptr, 0};
-    // lepe_mma: the head's table in place of its taps (the one-pass forward at d 64 alone)
-    constexpr bool MMA_OK = KS > 0 && D == 64 && FEAT == 2;
-    const bool mma = MMA_OK && P.lepe_mma;
+    constexpr bool MMA_OK = MMA && KS > 0 && D == 64 && FEAT == 2;
+    static_assert(MMA_OK || !MMA, "LePE on the tensor cores: d 64, the nala maps, LePE");
     if constexpr (MMA_OK) {
-      if (mma) lepe_mma_stage_table<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
-      else taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);
+      lepe_mma_stage_table<D, KS, O::THREADS>(P, sm, h);  // the head's table in place of its taps; lands under phase 1
     } else if constexpr (KS > 0) {
       taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
     }
@@ -700,12 +700,8 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
       LepeRows lr{0, 0};
       if constexpr (KS > 0) {  // the window's copies fly under the products
         lr = lepe_rows(P, t0, min(end, t0 + TILE), KS / 2);
-        if constexpr (MMA_OK) {
-          if (mma) lepe_mma_stage_window<D, KS, O::THREADS>(lepe_win, P, b, h, t0, min(TILE, end - t0));
-          else lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
-        } else {
-          lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
-        }
+        if constexpr (MMA_OK) lepe_mma_stage_window<D, KS, O::THREADS>(lepe_win, P, b, h, t0, min(TILE, end - t0));
+        else lepe_stage_window<D, O::THREADS>(lepe_win, P.v, P.v_stride, P, b, h, lr);
       }
       // the next pair's first k, v tiles, a group after the window's: they fly under this tile's work
       const bool stage_next = next_k != nullptr && next < BH && t0 + TILE >= end;
@@ -734,10 +730,8 @@ __global__ void __launch_bounds__(256, 2) onepass_forward_kernel(const NalaKerne
         else nala::cuda_async::cp_async_wait<0>();
       }
       __syncthreads();  // the o tile (and the window) visible to every thread
-      if constexpr (MMA_OK) {
-        if (mma) lepe_mma_out<D, KS, O::LDV, O::THREADS>(P, lepe_win, sm + O::PHI, sm + P.lepe_taps, vs, b, h, t0, min(TILE, end - t0));
-        else lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
-      } else if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
+      if constexpr (MMA_OK) lepe_mma_out<D, KS, O::LDV, O::THREADS>(P, lepe_win, sm + O::PHI, sm + P.lepe_taps, vs, b, h, t0, min(TILE, end - t0));
+      else if constexpr (KS > 0) lepe_rows_out<D, KS, O::LDV, O::THREADS, false>(P, lepe_win, lr, taps, vs, b, h, t0, min(TILE, end - t0));
       else copy_rows_out<D, O::LDV, TILE, O::THREADS>(static_cast<T*>(P.o) + (int64_t(bh) * P.N + t0) * D, D, vs, end - t0);
       fq = fq_next;
     }

@@ -410,11 +410,12 @@ TEST_F(GatedTailKernels, LepeOnTheTensorCores) {
     const at::Tensor u64 = o + conv.reshape({c.B, D, N}).transpose(1, 2);                                                // (B, N, D)
     const at::Tensor m = mma.to(at::kDouble), r = blocks.to(at::kDouble);
     EXPECT_FALSE(at::isnan(m).any().item<bool>()) << what << ": an element of u not written";
-    // one bf16 rounding: |x − y| ≤ 2⁻⁷ max(|x|, |y|) (+ 1e-6 for values near zero)
+    // one bf16 rounding: |x − y| ≤ 2⁻⁷ max(|x|, |y|), + 2e-5 where u is near zero: the sums' float32 error, 25 terms of
+    // |w v| ≲ 1 added in another order (the tensor cores': 5e-6 at most on an H100)
     const double apart = ((m - r).abs() - at::maximum(m.abs(), r.abs()) * (1.0 / 128)).max().item<double>();
     const double off64 = ((m - u64).abs() - u64.abs() * (1.0 / 128)).max().item<double>();
     const double differ = (m != r).to(at::kDouble).mean().item<double>();
-    EXPECT_LE(apart, 1e-6) << what << ": tensor cores against the blocks";
+    EXPECT_LE(apart, 2e-5) << what << ": tensor cores against the blocks";
     EXPECT_LE(off64, 1e-4) << what << ": tensor cores against float64";
     EXPECT_LE(differ, 0.02) << what << ": the fraction of elements that differ from the blocks'";
     const at::Tensor err = ((m - u64).abs() - u64.abs() * (1.0 / 128)).flatten();  // where the tensor cores are worst
