@@ -141,8 +141,9 @@ enum class LepeBlocks { None, Forward, All };
 EnvChoice<LepeBlocks> g_lepe_blocks{"NALA_LEPE_BLOCKS", {{"all", LepeBlocks::All}, {"forward", LepeBlocks::Forward}, {"0", LepeBlocks::None}}, {}};
 
 // NALA_LEPE_MMA=0 (default) | 1: the one-pass forward's LePE on the tensor cores (onepass_kernels.cuh
-// lepe_mma_out) where the head dim is 64 and the grid 16 tokens wide (NaLaDiT at 256 px), the taps as bf16
-// hi + lo pairs: within rounding of the other paths (float32 taps, fmaf), not the same bits.
+// lepe_mma_out) where the head dim is 64 and the grid 16 tokens wide (NaLaDiT at 256 px) and the grid takes one
+// cluster a pair (not with NALA_ONEPASS_PERSISTENT), the taps as bf16 hi + lo pairs: within rounding of the other
+// paths (float32 taps, fmaf), not the same bits. Off: 2 % slower on an H100 (docs/benchmarks.md, forty-seventh session).
 EnvChoice<bool> g_lepe_mma{"NALA_LEPE_MMA", {{"0", false}, {"1", true}}, {}};
 
 // NALA_ONEPASS_PERSISTENT=0 (default) | forward | all: which one-pass kernels (head dim 64, the nala
@@ -242,7 +243,7 @@ at::Tensor nala_lepe_mma_table(const at::Tensor& taps, int64_t H, int64_t d, int
   at::Tensor out = at::empty({H, bytes}, taps.options().dtype(at::kByte));  // (H, bytes)
   if (taps.is_cuda()) {
     const c10::cuda::CUDAGuard guard(taps.device());
-    const at::Tensor t = aligned_f32(taps);
+    const at::Tensor t = aligned_f32(taps);  // (ks², H·d)
     cuda::launch_lepe_mma_table(t.data_ptr<float>(), int(H), int(d), int(ks), out.data_ptr(), at::cuda::getCurrentCUDAStream().stream());
     return out;
   }
@@ -257,8 +258,8 @@ at::Tensor nala_lepe_mma_table(const at::Tensor& taps, int64_t H, int64_t d, int
   std::vector<at::Tensor> k16;  // each (8, H, d, 4, 2): rows j + 2 < 8 of a pair of tap columns
   for (int64_t g = 0; g < ks / 2; ++g)
     k16.push_back(at::stack({col(hi, 2 * g), col(hi, 2 * g + 1), col(lo, 2 * g), col(lo, 2 * g + 1)}, -2).narrow(0, 0, 8));
-  const at::Tensor part16 = at::constant_pad_nd(at::cat(k16, 0).permute({1, 0, 2, 3, 4}), {0, 0, 0, 0, 0, 1, 0, 2});  // (H, 8 g + 2, d + 1, 4, 2)
-  std::vector<at::Tensor> parts{part16.reshape({H, -1})};
+  const at::Tensor part16 = at::constant_pad_nd(at::cat(k16, 0).permute({1, 0, 2, 3, 4}), {0, 0, 0, 0, 0, 1, 0, 2});  // (H, 8·(ks/2) + 2, d + 1, 4, 2)
+  std::vector<at::Tensor> parts{part16.reshape({H, -1})};  // each (H, its bytes / 2) int16
   if (ks % 2 == 1)  // the last tap column: (H, 10, d + 1, 2, 2)
     parts.push_back(at::constant_pad_nd(at::stack({col(hi, ks - 1), col(lo, ks - 1)}, -2).permute({1, 0, 2, 3, 4}), {0, 0, 0, 0, 0, 1}).reshape({H, -1}));
   const at::Tensor e = at::cat(parts, 1);  // (H, bytes / 2) int16

@@ -81,11 +81,12 @@ void set_nala_onepass_early_q(bool on);
 // tests: the same bits either way).
 void set_nala_lepe_blocks(bool on);
 // Whether the one-pass forward computes LePE on the tensor cores where it can (d 64, a grid 16 tokens
-// wide; NALA_LEPE_MMA; tests). Within rounding of the other paths, not the same bits.
+// wide, one cluster a pair: not a persistent grid; NALA_LEPE_MMA; tests). Within rounding of the other
+// paths, not the same bits.
 void set_nala_lepe_mma(bool on);
 // The table of LePE's tensor-core path (layout: attention/cuda/nala_params.h) from taps (ks², H·d)
 // float32 tap-major, as uint8 (H, lepe_mma_table_bytes(d, ks)) on the taps' device: a CUDA kernel
-// (lepe_mma_table.cu) on the GPU, ATen's casts and copies on the CPU (its twin in the tests).
+// (nala_lepe_mma_table.cu) on the GPU, ATen's casts and copies on the CPU (its twin in the tests).
 at::Tensor nala_lepe_mma_table(const at::Tensor& taps, int64_t H, int64_t d, int64_t ks);
 // The one-pass kernels' grids (tests), forward and backward: 0 one cluster a (batch, head) pair, n > 0
 // n clusters each taking pairs in turn, −1 as many as fit the GPU at once; nullopt as

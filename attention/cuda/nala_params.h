@@ -78,7 +78,7 @@ struct NalaKernelParams {
   // Both: the launch sets lepe_taps, the byte of shared memory where the kernel copies its head's taps,
   // or −1 to read them from lepe_wt (nala_onepass.cu onepass_lepe_taps).
   int lepe_ks = 0, grid_h = 0, grid_w = 0, lepe_window = 0, lepe_smem = 0, lepe_taps = -1;
-  // One-pass forward with LePE on the tensor cores (NALA_LEPE_MMA; d 64, grid_w 16): lepe_mma_table holds
+  // One-pass forward with LePE on the tensor cores (NALA_LEPE_MMA; d 64, grid_w 16, not a persistent grid): lepe_mma_table holds
   // every head's taps as bf16 hi + lo pairs in the layout the products read (lepe_mma_table_bytes a head;
   // nala_lepe_mma_table builds it), copied to shared memory at lepe_taps in place of the float32 taps.
   bool lepe_mma = false;
@@ -96,7 +96,7 @@ struct NalaKernelParams {
 constexpr int lepe_mma_k16_bytes(int d, int ks) { return ((ks / 2) * 8 + 2) * (d + 1) * 16; }
 constexpr int lepe_mma_table_bytes(int d, int ks) { return lepe_mma_k16_bytes(d, ks) + (ks % 2 == 1 ? 10 * (d + 1) * 8 : 0); }
 // Writes every head's table (H · lepe_mma_table_bytes(d, ks) bytes at out) from taps (ks², H·d) float32
-// tap-major (lepe_wt's layout), on `stream` (lepe_mma_table.cu).
+// tap-major (lepe_wt's layout), on `stream` (nala_lepe_mma_table.cu).
 void launch_lepe_mma_table(const float* taps, int H, int d, int ks, void* out, void* stream);
 
 // Sizes that nala_cuda.cpp needs to allocate buffers and pick the sequence split.

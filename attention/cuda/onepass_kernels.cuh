@@ -534,7 +534,7 @@ __device__ __forceinline__ void lepe_mma_stage_window(__nv_bfloat16* win, const 
 
 // u = o + LePE(v) + b for the tile's rows (a multiple of 16, ≤ 64) on the tensor cores, o staged in tile (rows t,
 // leading dimension LD), rewritten there in place and then copied to P.u. win: lepe_mma_stage_window's (landed
-// and visible); wt: the φ tile's memory (free); table: the head's, in shared memory. Three barriers.
+// and visible); wt: the φ tile's memory (free); table: the head's, in shared memory. Two barriers.
 template <int D, int KS, int LD, int THREADS>
 __device__ __forceinline__ void lepe_mma_out(const NalaKernelParams& P, const __nv_bfloat16* win, char* wt, const char* table,
                                              __nv_bfloat16* tile, int b, int h, int t0, int rows) {

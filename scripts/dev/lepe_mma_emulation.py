@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # A design aid for LePE on the tensor cores in the one-pass forward (attention/cuda/onepass_kernels.cuh:
-# LepeMma, lepe_mma_stage_window, lepe_mma_out; the table of attention/cuda/lepe_mma_table.cu and its
+# LepeMma, lepe_mma_stage_window, lepe_mma_out; the table of attention/cuda/nala_lepe_mma_table.cu and its
 # layout in attention/cuda/nala_params.h): emulates their index math on the CPU, byte address by byte
 # address and lane by lane: the table's entries, the window's swizzled cp.async slots, the transposing
 # ldmatrix.trans and its stores, the zero slots, the A fragments' ldmatrix rows, the B fragments' table
@@ -28,7 +28,7 @@ def k16_bytes(d, ks):  # nala_params.h lepe_mma_k16_bytes
     return ((ks // 2) * 8 + 2) * (d + 1) * 16
 
 
-def table_of(taps, H, d, ks, h):  # lepe_mma_table.cu, one head: {byte offset: bf16 bits}
+def table_of(taps, H, d, ks, h):  # nala_lepe_mma_table.cu, one head: {byte offset: bf16 bits}
     mem = {}
     def w(c, dy, dx):
         return taps[(dy * ks + dx), h * d + c].item() if c < d and dx < ks and 0 <= dy < ks else 0.0
@@ -51,7 +51,7 @@ def table_of(taps, H, d, ks, h):  # lepe_mma_table.cu, one head: {byte offset: b
     return mem
 
 
-def check(B, H, d, gh, ks, ranks_rule=True):
+def check(B, H, d, gh, ks):
     R, N, CH = ks // 2, gh * W, d // 8
     CH_BYTES, SLOT = (W + 1) * 16, 16
     GROUPS = (ks + 1) // 2
@@ -174,5 +174,5 @@ def check(B, H, d, gh, ks, ranks_rule=True):
     assert worst < 1e-12, worst
 
 
-for B, H, gh, ks in ((1, 1, 16, 5), (1, 1, 9, 5), (1, 1, 16, 3), (1, 1, 3, 5), (1, 1, 12, 3)):
+for B, H, gh, ks in ((1, 2, 16, 5), (1, 1, 9, 5), (1, 1, 16, 3), (1, 1, 3, 5), (1, 1, 12, 3)):
     check(B, H, 64, gh, ks)

@@ -14,7 +14,7 @@ for v in $runs; do
   NALA_LEPE_MMA=$v ncu --kernel-name regex:onepass_forward --launch-skip 12 --launch-count 6 --clock-control none \
     --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --csv --page raw \
     ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 1 --cuda-graphs off \
-    > "$out/lepe_mma_$i.csv" 2> /dev/null || { echo "lepe-mma: ncu failed ($v)"; failed=1; }
+    > "$out/lepe_mma_$i.csv" 2> "$out/lepe_mma_$i.err" || { echo "lepe-mma: ncu failed ($v)"; failed=1; }
 done
 python3 - "$out" $runs > "$out/lepe_mma.md" <<'PY' || failed=1
 import csv, re, sys

@@ -1,4 +1,5 @@
-// The table LePE's tensor-core path reads (onepass_kernels.cuh lepe_mma_out; layout: nala_params.h):
+// The table LePE's tensor-core path reads (onepass_kernels.cuh lepe_mma_out; layout: nala_params.h), named nala_* so that
+// the Python package's build (python/CMakeLists.txt: attention/cuda/nala_*.cu) compiles it too:
 // one thread a 4-byte word of one head's table.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
