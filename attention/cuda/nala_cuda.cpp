@@ -432,9 +432,11 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   const int feat = int(feature_dim(opt.feature_map, 1));
   if (!(p.vec_loads && cuda::onepass_supported(p.D, feat) && (ks == 3 || ks == 5))) return r;
   if (!take_onepass(p, feat, q)) return r;
-  // LePE on the tensor cores reads a window of 8 rows of 16 positions, whatever the tile's rows
-  const bool mma = g_lepe_mma.get() && p.D == 64 && feat == 2 && grid_w == 16;
-  const int window = mma ? std::max(lepe_window_bytes(p, grid_h, grid_w, ks), 8 * 16 * p.D * 2) : lepe_window_bytes(p, grid_h, grid_w, ks);
+  // LePE on the tensor cores (one cluster a pair: a persistent grid never takes it, so no table is built for it)
+  // reads a window of 8 rows of 16 positions, whatever the tile's rows
+  const bool mma = g_lepe_mma.get() && p.D == 64 && feat == 2 && grid_w == 16 && p.slots == 0;
+  const int rows_window = lepe_window_bytes(p, grid_h, grid_w, ks);
+  const int window = mma ? std::max(rows_window, 8 * 16 * p.D * 2) : rows_window;
   if (!cuda::onepass_lepe_layout(p.D, feat, ks, window, p.lepe_window, p.lepe_smem)) return r;
   TORCH_CHECK(lepe_w.device() == q.device() && (!lepe_b.defined() || lepe_b.device() == q.device()), "nala_forward_lepe_cuda: the LePE parameters are on ",
               lepe_w.device(), ", q on ", q.device());
