@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Per-source-line summary of Nsight Compute's source page (`ncu -i rep --page source --print-source
 cuda,sass --csv`): stall samples and executed instructions summed per CUDA source line, the largest
-first, with each line's two main stall reasons. Prints a markdown table.
+first, with each line's two main stall reasons; where the report has them, a second table of the lines'
+shared-memory wavefronts beside their ideal (bank conflicts). Prints markdown tables.
 
 usage: python3 scripts/ncu_source_lines.py source.csv [--top 30]
 """

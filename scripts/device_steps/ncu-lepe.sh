@@ -12,7 +12,6 @@ for k in forward backward; do
       ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 0 --cuda-graphs off >> "$out/ncu_lepe.log" 2>&1
   ncu -i "$out/prof.ncu-rep" --page details 2>>"$out/ncu_lepe.log" | grep -E "onepass_|Duration|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Dynamic Shared" | cut -c1-160
   ncu -i "$out/prof.ncu-rep" --page source --print-source cuda,sass --csv > "$out/source_$k.csv" 2>>"$out/ncu_lepe.log"
-  grep -m1 "^\"Line No" "$out/source_$k.csv" | tr ',' '\n' | grep -i wavefront | tr '\n' ' ' >> "$out/ncu_lepe.log"
   python3 scripts/ncu_source_lines.py "$out/source_$k.csv" --top "${NCU_TOP:-25}" > "$out/lepe_source_$k.md" 2>&1
   rm -f "$out/source_$k.csv" "$out/prof.ncu-rep"
   echo "== $k"; head -22 "$out/lepe_source_$k.md" | cut -c1-200
