@@ -411,15 +411,26 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
     return valid && lane + k * TPT < CH ? (u % 2 ? __high2float(pr) : __low2float(pr)) : 0.f;
   };
   const auto gval = [&](int k, int u, int part) { return grow[part * D + 8 * (lane + k * TPT) + u]; };
+  // chunk k's 8 values of part `part` of grow by two 16-byte loads (the row, D and a chunk are 16-byte
+  // aligned): element by element, a warp's 8 tokens × 4 lanes hit each bank 4 times over at d 64 (rows
+  // 132 floats ≡ 4 mod 32 apart, lanes 8 floats apart), 4 shared-memory wavefronts a load
+  const auto gchunk = [&](int k, int part, float(&gv)[8]) {
+    const float4* p4 = reinterpret_cast<const float4*>(grow + part * D + 8 * (lane + k * TPT));
+    const float4 lo4 = p4[0], hi4 = p4[1];
+    gv[0] = lo4.x, gv[1] = lo4.y, gv[2] = lo4.z, gv[3] = lo4.w, gv[4] = hi4.x, gv[5] = hi4.y, gv[6] = hi4.z, gv[7] = hi4.w;
+  };
   if (FEAT == 1 && (P.map == KernelMap::Elu || P.map == KernelMap::Relu)) {
 #pragma unroll
-    for (int k = 0; k < CPL; ++k)
+    for (int k = 0; k < CPL; ++k) {
+      if (lane + k * TPT >= CH) continue;
+      float gv[8];
+      gchunk(k, 0, gv);
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        if (lane + k * TPT >= CH) continue;
-        const float xj = xval(k, u), g = gval(k, u, 0);
+        const float xj = xval(k, u), g = gv[u];
         e[k][u] = P.map == KernelMap::Elu ? g * (xj > 0.f ? 1.f : __expf(xj)) : (xj > 0.f ? g : 0.f);
       }
+    }
   } else if (FEAT == 1) {  // focused
     const float pw = P.focus_power;
     float G = 0.f;
@@ -458,6 +469,9 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
           praw[0] = *reinterpret_cast<const uint4*>(phi_row + 8 * (lane + k * TPT));
           praw[1] = *reinterpret_cast<const uint4*>(phi_row + D + 8 * (lane + k * TPT));
         }
+        float g0[8], g1[8];  // ∂L/∂φ of the chunk's elements: the cos and sin parts (nala), or the two signs (nala-relu)
+        gchunk(k, 0, g0);
+        gchunk(k, 1, g1);
         const auto fval = [&](int part, int u) {
           const __nv_bfloat162 pr = reinterpret_cast<const __nv_bfloat162*>(&praw[part])[u / 2];
           return u % 2 ? __high2float(pr) : __low2float(pr);
@@ -467,11 +481,11 @@ __device__ __forceinline__ void token_features_backward(const uint4 (&raw)[CPL],
           const float xj = xval(k, u);
           float gxh, direct = 0.f;
           if constexpr (FROM_PHI)
-            nala_query_backward_from_phi<decltype(relu)::value>(xj * st.inv, fval(0, u), fval(1, u), st, gval(k, u, 0), gval(k, u, 1), P, gxh, gp);
+            nala_query_backward_from_phi<decltype(relu)::value>(xj * st.inv, fval(0, u), fval(1, u), st, g0[u], g1[u], P, gxh, gp);
           else if constexpr (decltype(cube)::value && !decltype(relu)::value)  // a key, λ = 3 (cube is never set for a query)
-            nala_key_backward_cube(xj, key_ainv, key_kq, gval(k, u, 0), gval(k, u, 1), gxh, direct);
+            nala_key_backward_cube(xj, key_ainv, key_kq, g0[u], g1[u], gxh, direct);
           else
-            nala_element_backward<true, decltype(relu)::value, decltype(cube)::value>(xj, st, gval(k, u, 0), gval(k, u, 1), P, query, gxh,
+            nala_element_backward<true, decltype(relu)::value, decltype(cube)::value>(xj, st, g0[u], g1[u], P, query, gxh,
                                                                                       direct, gp);
           dot += xj * st.inv * gxh;
           e[k][u] = gxh * st.inv + direct;

@@ -111,4 +111,15 @@ __device__ __forceinline__ void for_each_c(const float (&c)[NT][4], int m0, int 
     for (int e = 0; e < 4; ++e) f(m0 + g + (e >> 1) * 8, n0 + 8 * j + 2 * t + (e & 1), c[j][e]);
 }
 
+// Visits this lane's elements of an m16 × (8·NT) accumulator in pairs of adjacent columns (col even):
+// f(row, col, float2) — one 8-byte store a pair where for_each_c's element-wise stores took two.
+template <int NT, typename Fn>
+__device__ __forceinline__ void for_each_c_pair(const float (&c)[NT][4], int m0, int n0, Fn f) {
+  const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) f(m0 + g + hf * 8, n0 + 8 * j + 2 * t, make_float2(c[j][2 * hf], c[j][2 * hf + 1]));
+}
+
 }  // namespace nala::attention::cuda

@@ -133,6 +133,12 @@ EnvChoice<int> g_onepass_ranks{"NALA_ONEPASS_RANKS", {{"auto", 0}, {"1", 1}, {"2
 // bit for bit: only when the loads fly differs (docs/benchmarks.md, forty-first session).
 EnvChoice<bool> g_early_q{"NALA_ONEPASS_EARLY_Q", {{"1", true}, {"0", false}}, {}};
 
+// NALA_ONEPASS_REDUCE=2 (default) | 1 | 0: how the one-pass forward's reduce walks the state (onepass_kernels.cuh,
+// reduce_state): 0 consecutive threads along n (S'ᵀ's transposed 2-byte stores hit a bank ≈ 10 times: 39 % of the
+// forward's shared-memory wavefronts, forty-eighth session), 1 along f (those stores conflict-free; the saved S then
+// goes to memory 16 bytes a row), 2 along f with S written by a second pass along n (whole rows a warp). The same bits.
+EnvChoice<int> g_reduce_order{"NALA_ONEPASS_REDUCE", {{"2", 2}, {"1", 1}, {"0", 0}}, {}};
+
 // NALA_LEPE_BLOCKS=all (default) | forward | 0: LePE in the one-pass kernels (both, the forward alone,
 // neither) over blocks of 2 × 4 (the forward also 1 × 8) tokens and 2 channels a thread where a tile is
 // whole grid rows and the head's taps fit shared memory, else runs of 4 tokens and 4 channels (the
@@ -184,6 +190,7 @@ bool take_onepass(cuda::NalaKernelParams& p, int feat, const at::Tensor& q) {
   p.chunks = ranks;
   p.tokens_per_chunk = per_rank;
   p.early_q = g_early_q.get();
+  p.reduce_order = g_reduce_order.get();
   p.lepe_blocks = g_lepe_blocks.get() != LepeBlocks::None;  // (the backward's caller narrows it)
   p.slots = g_slots ? *g_slots : (g_persistent.get() == Persistent::None ? 0 : -1);
   p.persist_backward = g_slots ? *g_slots != 0 : g_persistent.get() == Persistent::All;
@@ -232,6 +239,7 @@ void set_nala_cuda_poison(bool on) { g_poison = on; }
 void set_nala_cuda_kernel(NalaCudaKernel k) { g_kernel.value = k; }
 void set_nala_onepass_backward_state(OnePassBackwardState s) { g_backward_state.value = s; }
 void set_nala_onepass_early_q(bool on) { g_early_q.value = on; }
+void set_nala_onepass_reduce_order(int order) { g_reduce_order.value = order; }
 void set_nala_lepe_blocks(bool on) { g_lepe_blocks.value = on ? LepeBlocks::All : LepeBlocks::None; }
 void set_nala_lepe_mma(bool on) { g_lepe_mma.value = on; }
 

@@ -76,6 +76,9 @@ void set_nala_onepass_ranks(int ranks);
 // Whether the one-pass forward issues its first q tile's loads under the last k tile's work
 // (NALA_ONEPASS_EARLY_Q, default on; tests).
 void set_nala_onepass_early_q(bool on);
+// How the one-pass forward's reduce walks the state (NALA_ONEPASS_REDUCE: 0, 1 or 2, default 2; tests: the same
+// bits every way).
+void set_nala_onepass_reduce_order(int order);
 // Whether LePE in the one-pass kernels takes blocks of 2 × 4 (1 × 8) tokens where a tile is whole grid
 // rows and the taps are in shared memory, or runs of 4 tokens everywhere (NALA_LEPE_BLOCKS, default on;
 // tests: the same bits either way).

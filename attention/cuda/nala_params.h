@@ -54,6 +54,9 @@ struct NalaKernelParams {
   bool vec_loads = false;    // every row start is 16-byte aligned: use 16-byte loads
   bool state_lo = true;      // one-pass backward: S and dS' as bf16 hi + lo pairs (else hi only)
   bool early_q = true;       // one-pass forward: the first q tile's loads issued under the last k tile (NALA_ONEPASS_EARLY_Q)
+  int reduce_order = 2;      // one-pass forward's reduce (NALA_ONEPASS_REDUCE): 0 a thread's quads along n (S written there),
+                             // 1 along f (conflict-free S'ᵀ stores; S written there, 16 bytes a row), 2 along f with S
+                             // written by a second pass along n
   bool lepe_blocks = true;   // one-pass kernels with LePE: blocks of 2 × 4 (1 × 8) tokens where a tile is whole grid rows
                              // and the taps are in shared memory (lepe_taps ≥ 0; NALA_LEPE_BLOCKS)
   int slots = 0;             // one-pass kernels: clusters the grid holds (its y dimension), each taking (batch, head)

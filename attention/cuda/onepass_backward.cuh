@@ -330,7 +330,9 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
         nala::cuda_async::cp_async_commit();
       }
       stage_bf16<D, O::NH, O::LDV>(dv, mt * 16, nh * O::NH * 8, gs, [&](int) { return P.inv_n; });
-      for_each_c<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float v) { dphi[r * L::LDDP + f] = v * P.inv_n; });
+      for_each_c_pair<NHB>(dp, mt * 16, nh * NHB * 8, [&](int r, int f, float2 v) {
+        *reinterpret_cast<float2*>(dphi + r * L::LDDP + f) = make_float2(v.x * P.inv_n, v.y * P.inv_n);
+      });
       if constexpr (KS > 0) {  // the window (not the next pair's tiles)
         if (stage_next) nala::cuda_async::cp_async_wait<1>();
         else nala::cuda_async::cp_async_wait<0>();

@@ -133,6 +133,31 @@ __device__ __forceinline__ void sync_ranks(int ranks) {
   else __syncthreads();
 }
 
+// The float4 at offset `at` of the cluster's partial states accs, summed over the ranks in rank order
+__device__ __forceinline__ float4 summed_quad(const float* accs, int at, int ranks) {
+  if (ranks == 1) return *reinterpret_cast<const float4*>(accs + at);
+  auto cluster = cooperative_groups::this_cluster();
+  float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int r = 0; r < ranks; ++r) {
+    const float4 p = *reinterpret_cast<const float4*>(cluster.map_shared_rank(const_cast<float*>(accs), r) + at);
+    s4.x += p.x;
+    s4.y += p.y;
+    s4.z += p.z;
+    s4.w += p.w;
+  }
+  return s4;
+}
+
+// The saved state's columns n0..n0+3 of row f: S (B·H, Fp, Dp) and, where n0 is D, z (B·H, Fp). D % 8 == 0:
+// a quad is all S or all pads, and column D (z) starts one.
+template <int D, int FEAT>
+__device__ __forceinline__ void write_state_quad(const NalaKernelParams& P, int bh, int f, int n0, const float (&v)[4]) {
+  using O = OnePass<D, FEAT>;
+  if (n0 < O::Dp)
+    *reinterpret_cast<float4*>(P.S + (int64_t(bh) * O::Fp + f) * O::Dp + n0) = n0 < D ? make_float4(v[0], v[1], v[2], v[3]) : make_float4(0.f, 0.f, 0.f, 0.f);
+  if (n0 == D) P.z[int64_t(bh) * O::Fp + f] = v[0];
+}
+
 // The reduce step: this (batch, head)'s state summed over the cluster's ranks in rank order (the
 // same order in every rank: identical, deterministic copies), times `scale`, kept as a bf16 pair
 // hi + lo (16 significant bits; hi only when lo_out is null) with leading dimension ld: ROWS_N stores it transposed (rows n, as
@@ -145,22 +170,15 @@ __device__ __forceinline__ void reduce_state(const float* accs, __nv_bfloat16* h
   sync_ranks(ranks);  // every rank's partial is in its shared memory
   static_assert(O::NP % 4 == 0 && O::LDA % 4 == 0, "float4 rows");
   constexpr int Q = O::NP / 4;  // float4 quads per row
+  const bool along_f = ROWS_N && P.reduce_order != 0;  // (P.reduce_order, NALA_ONEPASS_REDUCE: 0 the earlier order along n)
   for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
-    const int f = i / Q, n0 = i % Q * 4;
-    float4 s4;
-    if (ranks > 1) {
-      auto cluster = cooperative_groups::this_cluster();
-      s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int r = 0; r < ranks; ++r) {
-        const float4 p = *reinterpret_cast<const float4*>(cluster.map_shared_rank(const_cast<float*>(accs), r) + f * O::LDA + n0);
-        s4.x += p.x;
-        s4.y += p.y;
-        s4.z += p.z;
-        s4.w += p.w;
-      }
-    } else {
-      s4 = *reinterpret_cast<const float4*>(accs + f * O::LDA + n0);
-    }
+    // ROWS_N: consecutive threads take consecutive f, the stored rows' contiguous index, so a warp's
+    // 2-byte stores fill contiguous bytes of one row (64 where Fp is a multiple of 32; two rows' pieces
+    // otherwise) and its float4 reads of accs, rows LDA ≡ 20
+    // floats mod 32 apart, meet no bank twice; consecutive quads (rows 4 apart) had hit a bank ≈ 10 times
+    // a store, 39 % of the forward's shared-memory wavefronts (Nsight Compute, NaLaDiT-S/2, 2026-12-07)
+    const int f = along_f ? i % O::Fp : i / Q, n0 = along_f ? i / O::Fp * 4 : i % Q * 4;
+    const float4 s4 = summed_quad(accs, f * O::LDA + n0, ranks);
     const float v[4] = {s4.x * scale, s4.y * scale, s4.z * scale, s4.w * scale};
     __nv_bfloat16 hi[4], lo[4];
 #pragma unroll
@@ -178,15 +196,18 @@ __device__ __forceinline__ void reduce_state(const float* accs, __nv_bfloat16* h
       *reinterpret_cast<uint2*>(hi_out + f * ld + n0) = *reinterpret_cast<const uint2*>(hi);
       if (lo_out != nullptr) *reinterpret_cast<uint2*>(lo_out + f * ld + n0) = *reinterpret_cast<const uint2*>(lo);
     }
-    if (write_state && rank == 0) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int n = n0 + u;
-        if (n < O::Dp) P.S[(int64_t(bh) * O::Fp + f) * O::Dp + n] = n < D ? v[u] : 0.f;
-        if (n == D) P.z[int64_t(bh) * O::Fp + f] = v[u];
-      }
-    }
+    if (write_state && rank == 0 && !(along_f && P.reduce_order == 2)) write_state_quad<D, FEAT>(P, bh, f, n0, v);
   }
+  // order 2: S and z by a second pass along n, a warp's float4 stores along S's rows (along f they went 16
+  // bytes to a row, rows Dp floats apart); the sums again, in the same rank order: the same values
+  if (along_f && P.reduce_order == 2 && write_state && rank == 0)
+    for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
+      const int f = i / Q, n0 = i % Q * 4;
+      if (n0 >= O::Dp && n0 != D) continue;  // pads past S's and z's columns
+      const float4 s4 = summed_quad(accs, f * O::LDA + n0, ranks);
+      const float v[4] = {s4.x * scale, s4.y * scale, s4.z * scale, s4.w * scale};
+      write_state_quad<D, FEAT>(P, bh, f, n0, v);
+    }
   sync_ranks(ranks);  // no rank reads a partial any more: the work tiles may be overwritten
 }
 
@@ -199,7 +220,8 @@ __device__ __forceinline__ void store_partial(const Acc& acc, float* accs) {
   for (int u = 0; u < O::UPW; ++u) {
     const int unit = warp + u * O::WARPS;
     if (unit < O::UNITS)
-      for_each_c<O::NH>(acc[u], unit / 2 * 16, unit % 2 * O::NH * 8, [&](int r, int c, float x) { accs[r * O::LDA + c] = x; });
+      for_each_c_pair<O::NH>(acc[u], unit / 2 * 16, unit % 2 * O::NH * 8,
+                             [&](int r, int c, float2 x) { *reinterpret_cast<float2*>(accs + r * O::LDA + c) = x; });
   }
 }
 

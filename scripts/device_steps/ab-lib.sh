@@ -7,7 +7,8 @@
 #   bash scripts/device_build.sh prebuilt ab-lib
 # AB_MODELS (default DiT-S/2,NaLaDiT-S/2) picks the models; AB_RUNS the runs in order (default
 # "baseline new baseline new"): baseline, new, or new with switches, NAME=VALUE[,NAME=VALUE]. Runs
-# without `baseline` (a switch against the defaults) need no baseline carried.
+# without `baseline` (a switch against the defaults) need no baseline carried. AB_HEAD_DIMS (default 64; e.g. 64,72)
+# the attention's head sizes.
 out=$1
 n=./build-device/nala
 tarball=.carry/baseline-lib.tar.xz
@@ -33,7 +34,7 @@ run() { "$@" || { echo "FAILED (rc=$?): $*"; failed=1; }; }
       new) ;;
       *) envs=(${which//,/ }) ;;
     esac
-    run env LD_LIBRARY_PATH="$lib" "${envs[@]}" $n bench attention --dtype bf16 --head-dim 64 --shapes 256x256 --no-reference
+    run env LD_LIBRARY_PATH="$lib" "${envs[@]}" $n bench attention --dtype bf16 --head-dim "${AB_HEAD_DIMS:-64}" --shapes 256x256 --no-reference
     run env LD_LIBRARY_PATH="$lib" "${envs[@]}" $n bench train --models "${AB_MODELS:-DiT-S/2,NaLaDiT-S/2}" --batch 256 --image-size 256 --steps 10 --warmup 3 --cuda-graphs on
   done
 } > "$out/ab_lib.md" 2>&1

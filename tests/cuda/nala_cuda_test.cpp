@@ -171,6 +171,7 @@ class NalaCudaOnePass : public NalaCuda {
     set_nala_cuda_kernel(NalaCudaKernel::Auto);
     set_nala_onepass_backward_state(OnePassBackwardState::Auto);
     set_nala_onepass_early_q(true);  // (the same-bits tests: restored even where an assertion throws)
+    set_nala_onepass_reduce_order(2);
     set_nala_onepass_slots(std::nullopt);
     set_nala_onepass_ranks(0);
     NalaCuda::TearDown();
@@ -291,6 +292,12 @@ TEST_F(NalaCudaOnePass, EverySwitchOnShortSequences) {
     set_nala_onepass_slots(slots[i]);
     set_nala_onepass_early_q(i != 1);
   }, {256, 97});
+}
+
+TEST_F(NalaCudaOnePass, ReduceOrdersGiveTheSameBits) {
+  // NALA_ONEPASS_REDUCE: the forward's reduce along f with S written by a second pass (2, the default), S written
+  // in the same pass (1), along n (0): the same sums in the same rank order, stored elsewhere or later
+  expect_same_bits(3, [](int i) { set_nala_onepass_reduce_order(2 - i); }, {256, 97});
 }
 
 TEST_F(NalaCudaOnePass, QueryBackwardFromPhiAgreesWithTheChunkedBackward) {
