@@ -101,18 +101,8 @@ __device__ __forceinline__ void mma_row(float (&c)[NT][4], const uint32_t (&a)[4
   }
 }
 
-// Visits this lane's elements of an m16 × (8·NT) accumulator at (m0, n0): f(row, col, value).
-template <int NT, typename Fn>
-__device__ __forceinline__ void for_each_c(const float (&c)[NT][4], int m0, int n0, Fn f) {
-  const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) f(m0 + g + (e >> 1) * 8, n0 + 8 * j + 2 * t + (e & 1), c[j][e]);
-}
-
 // Visits this lane's elements of an m16 × (8·NT) accumulator in pairs of adjacent columns (col even):
-// f(row, col, float2) — one 8-byte store a pair where for_each_c's element-wise stores took two.
+// f(row, col, float2) — one 8-byte store a pair where element-wise stores take two.
 template <int NT, typename Fn>
 __device__ __forceinline__ void for_each_c_pair(const float (&c)[NT][4], int m0, int n0, Fn f) {
   const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
