@@ -176,8 +176,13 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
 
     // the first q, grad_o tile's loads fly while S is read
     const float* denp = P.den + int64_t(bh) * P.N;
+    // fq_next holds the next q tile's loads and, from the last q tile on, phase 2's first k tile's (fk: the same
+    // registers, no copy that would wait for them). Issued before phase 1's reduce they had not landed when phase 2's
+    // first φ_k needed them (Nsight Compute, NaLaDiT-S/2: ≈ 5 % of the backward's stall samples, forty-eighth session).
     TileFetch<T, D, TILE, O::THREADS> fq, fq_next;
     GradTile<D, O::NP, TILE, O::THREADS> fg, fg_next;
+    const T* kp = static_cast<const T*>(P.k);
+    const T* vp = static_cast<const T*>(P.v);
     fq.fetch(qp, P.q_stride, b, h, begin, end, true, staged ? next_q : nullptr);
     fg.fetch(gp, P.go_stride, denp, b, h, begin, end, staged ? next_q + TILE * D : nullptr, staged ? next_den : nullptr);
 
@@ -213,9 +218,12 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     const int64_t sum_row = int64_t(b) * ranks + rank;  // this CTA's row of P.grad_sums
     float qsum[CPL] = {};
     for (int t0 = begin; t0 < end; t0 += TILE) {
-      if (t0 + TILE < end) {  // the next tile's loads fly while this one is worked on
+      const bool last = t0 + TILE >= end;
+      if (!last) {  // the next tile's loads fly while this one is worked on
         fq_next.fetch(qp, P.q_stride, b, h, t0 + TILE, end, true);
         fg_next.fetch(gp, P.go_stride, denp, b, h, t0 + TILE, end);
+      } else {  // phase 2's first k tile: under this tile's work, the column sums and the reduce
+        fq_next.fetch(kp, P.k_stride, b, h, begin, end, true);
       }
       fg.template commit<O::LDV>(gs, dinv);
       const TokenStats stq = token_features<D, FEAT, TPT>(fq.raw, fq.src != nullptr, phi_row, P, true);
@@ -276,17 +284,17 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
       token_features_backward<D, FEAT, TPT, FEAT == 2>(fq.raw, fq.src != nullptr, stq, dphi_row, P, true, grad_row(P.dq, P, b, h, t0 + my_t),
                                                        sums, qsum, phi_row);
       __syncthreads();
+      if (last) break;  // (a branch: the moves below would wait for the k loads)
       fq = fq_next;
       fg = fg_next;
     }
     if constexpr (SUMS) flush_column_sums<D>(qsum, reinterpret_cast<float*>(sm + L::SUMS), P, sum_row, 0, h);  // SUMS: past what store_partial writes
     store_partial<D, FEAT>(acc, accs);
-    // the first k, v tile's loads fly through the reduce
-    const T* kp = static_cast<const T*>(P.k);
-    const T* vp = static_cast<const T*>(P.v);
-    TileFetch<T, D, TILE, O::THREADS> fk, fk_next;
+    TileFetch<T, D, TILE, O::THREADS>& fk = fq_next;  // phase 2's first k tile (every rank has a tile: begin < end)
+    TileFetch<T, D, TILE, O::THREADS> fk_next;
+    // the first v tile's loads fly through the reduce and the first φ_k (a v tile held from the last q tile on took
+    // registers the loop's other values needed: spills)
     VTile<D, O::NP, TILE, O::THREADS> fv, fv_next;
-    fk.fetch(kp, P.k_stride, b, h, begin, end, true);
     fv.fetch(vp, P.v_stride, b, h, begin, end);
     reduce_state<D, FEAT, false>(accs, sr_hi, sr_lo, L::LDSR, 1.f, P, bh, rank, ranks, false);
 
@@ -297,8 +305,8 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
         fk_next.fetch(kp, P.k_stride, b, h, t0 + TILE, end, true);
         fv_next.fetch(vp, P.v_stride, b, h, t0 + TILE, end);
       }
-      fv.template commit<O::LDV>(gs);
       const TokenStats stk = token_features<D, FEAT, TPT>(fk.raw, fk.src != nullptr, phi_row, P, false);
+      fv.template commit<O::LDV>(gs);  // (after φ_k: the first tile's v loads, issued last, land under it)
       __syncthreads();
       float dv[O::NH][4] = {}, dp[NHB][4] = {};
 #pragma unroll
