@@ -187,12 +187,23 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     fg.fetch(gp, P.go_stride, denp, b, h, begin, end, staged ? next_q + TILE * D : nullptr, staged ? next_den : nullptr);
 
     // ---- S (rows f, columns d; column D and the pads zero) and z from the forward, 4 columns a
-    // thread (D % 8 == 0: a quad is all data or all pad)
-    constexpr int Q = O::NP / 4;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < O::Fp * Q; i += O::THREADS) {
-      const int f = i / Q, n0 = i % Q * 4;
-      const float4 x = n0 < D ? *reinterpret_cast<const float4*>(P.S + (int64_t(bh) * O::Fp + f) * O::Dp + n0) : make_float4(0.f, 0.f, 0.f, 0.f);
+    // thread (D % 8 == 0: a quad is all data or all pad). Every load issued before the first is used:
+    // four at a time, and z's after S's, they had made three or four round trips in a row
+    constexpr int Q = O::NP / 4, S_ITER = (O::Fp * Q + O::THREADS - 1) / O::THREADS;
+    static_assert(O::Fp <= O::THREADS, "z: one value a thread");
+    const float z_mine = threadIdx.x < O::Fp ? P.z[int64_t(bh) * O::Fp + threadIdx.x] : 0.f;
+    float4 s_quads[S_ITER];
+#pragma unroll
+    for (int it = 0; it < S_ITER; ++it) {
+      const int i = threadIdx.x + it * O::THREADS, f = i / Q, n0 = i % Q * 4;
+      s_quads[it] = i < O::Fp * Q && n0 < D ? *reinterpret_cast<const float4*>(P.S + (int64_t(bh) * O::Fp + f) * O::Dp + n0)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int it = 0; it < S_ITER; ++it) {
+      const int i = threadIdx.x + it * O::THREADS, f = i / Q, n0 = i % Q * 4;
+      if (i >= O::Fp * Q) continue;
+      const float4 x = s_quads[it];
       const __nv_bfloat162 h01 = __floats2bfloat162_rn(x.x, x.y), h23 = __floats2bfloat162_rn(x.z, x.w);
       __nv_bfloat162* hi = reinterpret_cast<__nv_bfloat162*>(sr_hi + f * L::LDSR + n0);
       hi[0] = h01;
@@ -205,7 +216,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
         lo[1] = __floats2bfloat162_rn(x.z - r23.x, x.w - r23.y);
       }
     }
-    for (int f = threadIdx.x; f < O::Fp; f += O::THREADS) zs[f] = P.z[int64_t(bh) * O::Fp + f];
+    if (threadIdx.x < O::Fp) zs[threadIdx.x] = z_mine;
 
     // ---- phase 1: dq, and dS' = Σ φ_qᵀ [g | −c] over this rank's tokens
     float acc[O::UPW][O::NH][4] = {};
