@@ -8,6 +8,10 @@
 # call unpacked into build-device/baseline/lib (a kernel change against the code before it); a run
 # NAME=VALUE[,NAME=VALUE] sets those switches with the defaults otherwise (e.g. NALA_LEPE_MMA=1).
 out=$1
+# the per-run CSVs and logs stay on the machine (build-device/logs/lepe-blocks): $OUT gets the table only, so that a
+# later step's files still fit the 8 a call brings back (2026-12-07: ncu-lepe's tables were left out behind them)
+raw=build-device/logs/lepe-blocks
+rm -rf "$raw" && mkdir -p "$raw"
 runs=${LEPE_BLOCKS_RUNS:-0 all 0 all}
 failed=0
 i=0
@@ -21,14 +25,14 @@ for v in $runs; do
   "$@" ncu --kernel-name regex:onepass_ --launch-skip 24 --launch-count 24 --clock-control none \
     --metrics gpu__time_duration.sum,smsp__inst_executed.sum --csv --page raw \
     ./build-device/nala bench train --models NaLaDiT-S/2 --batch 256 --image-size 256 --steps 1 --warmup 1 --cuda-graphs off \
-    > "$out/lepe_blocks_${i}.csv" 2> "$out/lepe_blocks_${i}.err" || { echo "lepe-blocks: ncu failed ($v)"; failed=1; }
+    > "$raw/lepe_blocks_${i}.csv" 2> "$raw/lepe_blocks_${i}.err" || { echo "lepe-blocks: ncu failed ($v)"; failed=1; }
 done
-python3 - "$out" $runs > "$out/lepe_blocks.md" <<'PY' || failed=1
+python3 - "$raw" $runs > "$out/lepe_blocks.md" <<'PY' || failed=1
 import csv, sys, collections
-out, runs = sys.argv[1], sys.argv[2:]
+raw, runs = sys.argv[1], sys.argv[2:]
 acc = collections.defaultdict(list)  # (kernel, setting) -> [(µs, warp instructions)]
 for i, v in enumerate(runs, 1):
-    rows = list(csv.reader(open(f"{out}/lepe_blocks_{i}.csv")))
+    rows = list(csv.reader(open(f"{raw}/lepe_blocks_{i}.csv")))
     head = next(r for r in rows if "Kernel Name" in r)
     k, t, n = head.index("Kernel Name"), head.index("gpu__time_duration.sum"), head.index("smsp__inst_executed.sum")
     units = rows[rows.index(head) + 1]
