@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -12,12 +13,14 @@
 #include "attention/nala_attention.h"
 #include "ops/fused_ops.h"
 #include "ops/linear.h"
+#include "ops/partial_sums.h"
 #include "ops/split_heads.h"
 #include "ops/weight_casts.h"
 
 #ifdef NALA_WITH_CUDA
 #include "attention/cuda/gated_tail_cuda.h"
 #include "attention/cuda/nala_cuda.h"
+#include "ops/cuda/column_sum.h"
 #endif
 
 namespace nala::attention {
@@ -140,17 +143,20 @@ bool tail_backward_kernels(int64_t heads, const at::Tensor& v, const at::Tensor&
 // The tail's backward from ∂L/∂y (B, N, D): the kernels where they take the tensors, else ATen.
 // lepe_dv false (the kernels only): LePE's part of ∂L/∂v is left out (r.v undefined) for the
 // attention's backward to add (nala_mixer).
+// pending, g_sum_out: as cuda::gated_tail_backward's (the kernels only).
 Grads tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                     const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean, const at::Tensor& rstd,
-                    int64_t gh, int64_t gw, bool lepe_dv = true, const at::Tensor& dg_out = {}, bool dg_sum = false) {
+                    int64_t gh, int64_t gw, bool lepe_dv = true, const at::Tensor& dg_out = {}, bool dg_sum = false,
+                    std::vector<ops::PartialSums>* pending = nullptr, const at::Tensor& g_sum_out = {}) {
 #ifdef NALA_WITH_CUDA
   if (tail_backward_kernels(heads, v, g, lepe_w, u, mean)) {
-    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv, dg_out, dg_sum);
+    auto k = cuda::gated_tail_backward(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw, lepe_dv, dg_out, dg_sum, pending, g_sum_out);
     return {k.o, k.v, k.g, k.lepe_w, k.lepe_b, k.norm_w, k.norm_b, k.g_sum};
   }
 #endif
-  TORCH_CHECK(lepe_dv && !dg_out.defined(), "gated_tail: LePE's input gradient can be left to the attention, and ∂L/∂g written in place, ",
-              "only where the tail's kernels run");
+  TORCH_CHECK(lepe_dv && !dg_out.defined() && pending == nullptr && !g_sum_out.defined(),
+              "gated_tail: LePE's input gradient can be left to the attention, ∂L/∂g written in place and the partial sums' ",
+              "second stage left to the caller only where the tail's kernels run");
   return backward_aten(dy, heads, v, g, lepe_w, norm_w, norm_b, u, mean, rstd, gh, gw);
 }
 
@@ -372,6 +378,7 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
     const at::ScalarType out_dtype = at::ScalarType(out_dtype_int);
     NalaForward a;
     Saved s;
+    at::Tensor taps;        // (ks², H·d) float32: LePE's taps as the attention kernel read them (with lepe_bwd its backward reads them too)
     bool lepe_bwd = false;  // the backward adds LePE's dv in the attention kernel
 #ifdef NALA_WITH_CUDA
     // the kernel reads LePE's input through v: v_tok must be v's second view (the same memory); in
@@ -382,6 +389,7 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
       NalaLepeForward f = nala_forward_lepe_cuda(q, k, v, opt, keep, lepe_w, lepe_b, grid_h, grid_w);
       if (f.u.defined()) {
         a = f.state;
+        taps = f.taps;
         const cuda::GatedTailSaved t = cuda::gated_tail_from_u(f.u, g, norm_w, norm_b, q.size(1), eps, true);
         s = {t.y, t.u, t.mean, t.rstd, true};
         ++g_lepe_in_attention_runs;
@@ -396,7 +404,7 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
       s = tail_forward(a.o, v_tok, g, lepe_w, lepe_b, norm_w, norm_b, grid_h, grid_w, eps, out_dtype);
       a.o.reset();
     }
-    ctx->save_for_backward({q, k, v, a.S, a.z, a.den, v_tok, g, lepe_w_in, lepe_b_in, norm_w, norm_b, s.u, s.mean, s.rstd});
+    ctx->save_for_backward({q, k, v, a.S, a.z, a.den, v_tok, g, lepe_w_in, lepe_b_in, norm_w, norm_b, s.u, s.mean, s.rstd, lepe_bwd ? taps : at::Tensor()});
     save_nala_options(ctx, opt, "nala_");
     ctx->saved_data["heads"] = q.size(1);
     ctx->saved_data["grid_h"] = grid_h;
@@ -421,23 +429,34 @@ struct NalaMixerFn : torch::autograd::Function<NalaMixerFn> {
 #ifdef NALA_WITH_CUDA
     sums = whole.defined() && ops::qkvg_column_sums_in_kernel() && nala_backward_sums_columns(q.size(3));
 #endif
+    // with lepe_bwd, the kernels' partial sums (the tail's norm, LePE and g sums, the attention's q, k, v sums)
+    // are added by one launch after both backwards (pending), the sums of qkvg's four parts straight into one
+    // (4·H·d) bias gradient [q | k | v | g] (a launch each and a cat took ≈ 4 µs apiece: docs/benchmarks.md)
+    std::vector<ops::PartialSums> pending;
+    const int64_t Dm = v_tok.size(2);
+    const at::Tensor qkvg_sum = sums ? at::empty({4 * Dm}, v_tok.options().dtype(at::kFloat)) : at::Tensor();  // (4·H·d) [q | k | v | g]
     // ∂L/∂u as t.o (B, H, N, d); with lepe_bwd LePE's ∂L/∂v is the attention backward's to add (t.v undefined)
     Grads t = tail_backward(grads[0], heads, v_tok, g, lepe_w, norm_w, norm_b, sv[12], sv[13], sv[14], gh, gw, !lepe_bwd,
-                            whole.defined() ? whole.select(2, 3).reshape(g.sizes()) : at::Tensor(), sums);
+                            whole.defined() ? whole.select(2, 3).reshape(g.sizes()) : at::Tensor(), sums, lepe_bwd ? &pending : nullptr,
+                            sums ? qkvg_sum.narrow(0, 3 * Dm, Dm) : at::Tensor());
     const NalaForward state{at::Tensor(), sv[3], sv[4], sv[5]};
     at::Tensor dq, dk, dv;  // (B, H, N, d) ×3
 #ifdef NALA_WITH_CUDA
     if (lepe_bwd) {
+      const at::Tensor& taps = sv[15];  // the forward kernel's taps
       if (whole.defined()) {
         auto part = [&](int64_t i) { return whole.select(2, i).transpose(1, 2); };  // (B, H, N, d) view
-        at::Tensor qkv_sums;  // (3, H, d): the kernel's column sums of dq, dk, dv (with sums)
+        at::Tensor qkv_sums = sums ? qkvg_sum.narrow(0, 0, 3 * Dm).view({3, heads, Dm / heads}) : at::Tensor();  // (3, H, d) of dq, dk, dv
+        const size_t before = pending.size();
         std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, part(0), part(1), part(2),
-                                                  sums ? &qkv_sums : nullptr);
+                                                  sums ? &qkv_sums : nullptr, &pending, taps);
+        ops::cuda::sum_partials_into(pending);
         ++g_qkvg_grads_in_place_runs;
         // with g's, all of qkvg's bias gradient: the split's backward takes it instead of summing the buffer
-        if (qkv_sums.defined() && t.g_sum.defined()) ops::offer_parts_column_sums(whole, at::cat({qkv_sums.reshape({-1}), t.g_sum}));
+        if (pending.size() > before && t.g_sum.defined()) ops::offer_parts_column_sums(whole, qkvg_sum);
       } else {
-        std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw);
+        std::tie(dq, dk, dv) = nala_backward_cuda(q, k, v, state.S, state.z, state.den, t.o, opt, lepe_w, gh, gw, {}, {}, {}, nullptr, nullptr, taps);
+        ops::cuda::sum_partials_into(pending);
       }
       ++g_lepe_in_attention_backward_runs;
     }

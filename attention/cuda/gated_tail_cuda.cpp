@@ -202,20 +202,17 @@ at::Tensor gated_tail_y(const at::Tensor& u, const at::Tensor& g, const at::Tens
 
 GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
-                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv, const at::Tensor& dg_out, bool dg_sum) {
+                                   const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv, const at::Tensor& dg_out, bool dg_sum,
+                                   std::vector<nala::ops::PartialSums>* pending, const at::Tensor& g_sum_out) {
   const c10::cuda::CUDAGuard guard(v.device());
   GatedTailParams p = params_of(v, g, lepe_w, heads, grid_h, grid_w);
   at::Tensor dy = dy_in.to(v.scalar_type()).contiguous();  // (B, N, D)
   if (!aligned4(dy)) dy = dy.clone();
   TORCH_CHECK(u.is_contiguous() && mean.is_contiguous() && rstd.is_contiguous(), "gated_tail backward: saved u, mean, rstd must be contiguous");
-  at::Tensor wt, wt_flipped;
-  if (p.ks > 0) {
-    wt = f32(lepe_w.reshape({p.D, p.ks * p.ks}).t());  // (ks·ks, D)
-    p.lepe_wt = wt.data_ptr<float>();
-    if (lepe_dv) {
-      wt_flipped = wt.flip({0}).contiguous();  // (ks·ks, D) taps reversed
-      p.lepe_wt_flipped = wt_flipped.data_ptr<float>();
-    }
+  at::Tensor wt_flipped;  // (ks·ks, D) taps reversed: only the transposed convolution reads taps (the weight gradient does not)
+  if (p.ks > 0 && lepe_dv) {
+    wt_flipped = f32(lepe_w.reshape({p.D, p.ks * p.ks}).t()).flip({0}).contiguous();
+    p.lepe_wt_flipped = wt_flipped.data_ptr<float>();
   }
   const at::Tensor nw = f32(norm_w), nb = f32(norm_b);
   p.norm_w = nw.data_ptr<float>();
@@ -244,15 +241,29 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
   launch_gated_tail_backward(p, dy.data_ptr(), u.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), r.g.data_ptr(), r.o.data_ptr(),
                              r.v.defined() ? r.v.data_ptr() : nullptr, norm_part.data_ptr<float>(),
                              p.ks > 0 ? lepe_part.data_ptr<float>() : nullptr, dg_part.defined() ? dg_part.data_ptr<float>() : nullptr, stream());
-  if (dg_part.defined()) r.g_sum = nala::ops::cuda::sum_partials(dg_part);  // (D)
-  const at::Tensor norm_sum = nala::ops::cuda::sum_partials(norm_part);  // (2, D), chunks added in order
+  // the partial sums' second stage, chunks added in order, all in one launch (here or the caller's)
+  std::vector<nala::ops::PartialSums> sums;
+  if (dg_part.defined()) {
+    TORCH_CHECK(!g_sum_out.defined() || (g_sum_out.dim() == 1 && g_sum_out.size(0) == p.D && g_sum_out.scalar_type() == at::kFloat &&
+                                         g_sum_out.device() == v.device()),
+                "gated_tail backward: g_sum_out must be (", p.D, ") float32 on ", v.device(), ", got ", g_sum_out.sizes(), " ",
+                g_sum_out.scalar_type(), " on ", g_sum_out.device());
+    r.g_sum = g_sum_out.defined() ? g_sum_out : at::empty({p.D}, f);  // (D)
+    sums.push_back({dg_part, r.g_sum});
+  }
+  const at::Tensor norm_sum = at::empty({2, p.D}, f);  // (2, D)
+  sums.push_back({norm_part, norm_sum});
   r.norm_w = norm_sum[0];
   r.norm_b = norm_sum[1];
   if (p.ks > 0) {
-    const at::Tensor lepe_sum = nala::ops::cuda::sum_partials(lepe_part);                        // (ks·ks + 1, D)
-    r.lepe_w = lepe_sum.narrow(0, 0, p.ks * p.ks).t().reshape({p.D, 1, p.ks, p.ks});      // (D, 1, ks, ks)
-    r.lepe_b = lepe_sum[p.ks * p.ks];                                                      // (D)
+    const int64_t taps = p.ks * p.ks;
+    r.lepe_w = at::empty({p.D, 1, p.ks, p.ks}, f);                                        // (D, 1, ks, ks)
+    r.lepe_b = at::empty({p.D}, f);                                                       // (D)
+    sums.push_back({lepe_part.narrow(1, 0, taps), r.lepe_w.view({p.D, taps}).t()});    // tap-major sums into (D, ks·ks) order
+    sums.push_back({lepe_part.select(1, taps), r.lepe_b});
   }
+  if (pending != nullptr) pending->insert(pending->end(), sums.begin(), sums.end());
+  else nala::ops::cuda::sum_partials_into(sums);
   return r;
 }
 

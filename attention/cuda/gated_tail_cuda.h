@@ -4,8 +4,11 @@
 // kernels take the tensors, and runs the ATen formulas otherwise.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include "ops/partial_sums.h"
 
 namespace nala::attention::cuda {
 
@@ -61,10 +64,16 @@ struct GatedTailGrads {
 // (r.g is it), (B, N, D) in g's dtype with unit channel stride, rows a multiple of 4 elements apart and
 // aligned to 4 (the qkvg projection's layout: nala_mixer with NALA_QKVG_GRADS_IN_PLACE); undefined: a
 // new contiguous tensor. dg_sum (with dg_out): also r.g_sum, its column sums as stored (that projection's
-// bias gradient for g), summed by the LayerNorm-gate kernel as it writes them.
+// bias gradient for g), summed by the LayerNorm-gate kernel as it writes them; into g_sum_out where given
+// ((D) float32, e.g. a slice of the projection's whole bias gradient).
+// The kernels' partial sums (the norm's, LePE's, g's) are added by one launch (ops/cuda/column_sum.h sum_partials_into).
+// pending: that launch is left to the caller, who may add its own partials to it: r.lepe_w, r.lepe_b,
+// r.norm_w, r.norm_b and r.g_sum are allocated and their (partials, result) pairs appended to *pending;
+// they hold their values once the caller has run sum_partials_into(*pending) on this stream.
 GatedTailGrads gated_tail_backward(const at::Tensor& dy, int64_t heads, const at::Tensor& v, const at::Tensor& g, const at::Tensor& lepe_w,
                                    const at::Tensor& norm_w, const at::Tensor& norm_b, const at::Tensor& u, const at::Tensor& mean,
                                    const at::Tensor& rstd, int64_t grid_h, int64_t grid_w, bool lepe_dv = true, const at::Tensor& dg_out = {},
-                                   bool dg_sum = false);
+                                   bool dg_sum = false, std::vector<nala::ops::PartialSums>* pending = nullptr,
+                                   const at::Tensor& g_sum_out = {});
 
 }  // namespace nala::attention::cuda

@@ -158,7 +158,8 @@ EnvChoice<bool> g_lepe_mma{"NALA_LEPE_MMA", {{"0", false}, {"1", true}}, {}};
 // tile; the others take one cluster a pair. The same results bit for bit. On an H100 (docs/benchmarks.md,
 // forty-second session) the persistent forward alone was 2-4 % faster (nala bench attention), the
 // persistent backward 10 % slower (its loop costs registers: spills) and NaLaDiT-S/2's step with both
-// 1.2 ms longer; `forward` alone has not been timed in a step. set_nala_onepass_slots overrides it (tests).
+// 1.2 ms longer; with `forward` alone the step was 0.1-0.2 ms longer (forty-fifth session). set_nala_onepass_slots
+// overrides it (tests).
 enum class Persistent { None, Forward, All };
 EnvChoice<Persistent> g_persistent{"NALA_ONEPASS_PERSISTENT", {{"0", Persistent::None}, {"forward", Persistent::Forward}, {"all", Persistent::All}}, {}};
 std::optional<int> g_slots;
@@ -325,7 +326,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o_in, const NalaOptions& opt, const at::Tensor& lepe_w,
                                                                    int64_t grid_h, int64_t grid_w, const at::Tensor& dq_out, const at::Tensor& dk_out,
-                                                                   const at::Tensor& dv_out, at::Tensor* column_sums) {
+                                                                   const at::Tensor& dv_out, at::Tensor* column_sums,
+                                                                   std::vector<nala::ops::PartialSums>* pending, const at::Tensor& lepe_taps) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const bool outs = dq_out.defined();
   TORCH_CHECK(outs == dk_out.defined() && outs == dv_out.defined(), "nala_backward_cuda: give dq_out, dk_out and dv_out together or none");
@@ -363,18 +365,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
     p.dk = dk.data_ptr();
     p.dv = dv.data_ptr();
     for (int i = 0; i < 3; ++i) p.grad_stride[i] = dq.stride(i);
-    at::Tensor wt_reversed;  // (ks², D): LePE's taps reversed (the transposed convolution)
+    at::Tensor wt;  // (ks², D): LePE's taps, which the kernel reads reversed (the transposed convolution)
     if (lepe_w.defined()) {
       const int ks = int(lepe_w.size(-1)), Dm = p.H * p.D;
       TORCH_CHECK(lepe_w.dim() == 4 && lepe_w.size(0) == Dm && lepe_w.device() == q.device() && grid_h * grid_w == p.N &&
                       cuda::onepass_lepe_backward_fits(p.D, feat, ks, lepe_window_bytes(p, grid_h, grid_w, ks)),
                   "nala_backward_cuda: the one-pass backward does not take LePE (weight ", lepe_w.sizes(), ", grid ", grid_h, "x", grid_w,
                   ") here; nala_lepe_backward_takes says where it does");
-      wt_reversed = taps_f32(lepe_w).flip({0}).contiguous();
+      if (lepe_taps.defined())
+        TORCH_CHECK(lepe_taps.scalar_type() == at::kFloat && lepe_taps.is_contiguous() && lepe_taps.device() == q.device() &&
+                        lepe_taps.sizes() == c10::IntArrayRef({int64_t(ks) * ks, int64_t(Dm)}) &&
+                        reinterpret_cast<uintptr_t>(lepe_taps.data_ptr()) % 16 == 0,
+                    "nala_backward_cuda: lepe_taps must be the forward's (", ks * ks, ", ", Dm, ") float32 contiguous 16-byte aligned taps, got ",
+                    lepe_taps.sizes(), " ", lepe_taps.scalar_type(), " on ", lepe_taps.device());
+      wt = lepe_taps.defined() ? lepe_taps : taps_f32(lepe_w);
       p.lepe_ks = ks;
       p.grid_h = int(grid_h);
       p.grid_w = int(grid_w);
-      p.lepe_wt = wt_reversed.data_ptr<float>();
+      p.lepe_wt = wt.data_ptr<float>();
     }
     at::Tensor sum_part;  // (B·ranks, 3, H, d): each CTA's column sums of dq, dk, dv
     if (column_sums != nullptr && outs && lepe_w.defined() && cuda::onepass_backward_sums(p.D)) {
@@ -383,7 +391,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tens
       p.grad_sums = sum_part.data_ptr<float>();
     }
     cuda::launch_nala_backward_onepass(p, at::cuda::getCurrentCUDAStream().stream());
-    if (sum_part.defined()) *column_sums = nala::ops::cuda::sum_partials(sum_part);  // (3, H, d)
+    if (sum_part.defined()) {
+      if (pending == nullptr) {
+        *column_sums = nala::ops::cuda::sum_partials(sum_part);  // (3, H, d)
+      } else {
+        if (!column_sums->defined()) *column_sums = at::empty({3, p.H, p.D}, q.options().dtype(at::kFloat));  // (3, H, d)
+        pending->push_back({sum_part, *column_sums});
+      }
+    }
     return {dq, dk, dv};
   }
   TORCH_CHECK(!lepe_w.defined(), "nala_backward_cuda: LePE's gradient needs the one-pass backward, which does not take these tensors");
@@ -461,6 +476,7 @@ NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q_in, const at::Tensor&
   p.grid_w = int(grid_w);
   p.lepe_wt = wt.data_ptr<float>();
   p.lepe_b = bias.data_ptr<float>();
+  r.taps = wt;
   r.u = at::empty({p.B, p.N, Dm}, q.options());  // (B, N, H·d)
   if (save_state) keep_state(p, r.state, q.options().dtype(at::kFloat));
   poison({r.u, r.state.S, r.state.z, r.state.den});

@@ -4,11 +4,13 @@
 #pragma once
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "attention/nala_cpu.h"  // NalaForward
 #include "attention/nala_options.h"
+#include "ops/partial_sums.h"
 
 namespace nala::attention {
 
@@ -26,13 +28,20 @@ NalaForward nala_forward_cuda(const at::Tensor& q, const at::Tensor& k, const at
 // column_sums (with LePE and the outputs given): where the one-pass backward puts the three gradients'
 // sums over the batch's tokens as stored, (3, H, d) float32 (the qkvg projection's bias gradient for
 // q, k, v), summed by a kernel of its own as it writes them; left undefined where the one-pass
-// backward does not run or has no such kernel (nala_backward_sums_columns).
+// backward does not run or has no such kernel (nala_backward_sums_columns). With pending, the sums'
+// second stage is left to the caller (as gated_tail_backward's pending): *column_sums, the caller's
+// (3, H, d) float32 tensor where it set one (else a new one), and its partials are appended to
+// *pending, and it holds the sums once the caller has run ops::cuda::sum_partials_into(*pending).
+// lepe_taps: LePE's taps as the forward read them for this lepe_w (NalaLepeForward::taps), so that the
+// backward makes no copy of its own; undefined: made here from lepe_w.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> nala_backward_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                                    const at::Tensor& S, const at::Tensor& z, const at::Tensor& den,
                                                                    const at::Tensor& grad_o, const NalaOptions& opt, const at::Tensor& lepe_w = {},
                                                                    int64_t grid_h = 0, int64_t grid_w = 0, const at::Tensor& dq_out = {},
                                                                    const at::Tensor& dk_out = {}, const at::Tensor& dv_out = {},
-                                                                   at::Tensor* column_sums = nullptr);
+                                                                   at::Tensor* column_sums = nullptr,
+                                                                   std::vector<nala::ops::PartialSums>* pending = nullptr,
+                                                                   const at::Tensor& lepe_taps = {});
 // Whether the one-pass backward has the kernel that fills nala_backward_cuda's column_sums for this
 // head dim (64; at 72 it lost: attention/cuda/nala_params.h onepass_backward_sums).
 bool nala_backward_sums_columns(int64_t head_dim);
@@ -48,9 +57,11 @@ bool nala_lepe_backward_takes(const at::Tensor& q, const at::Tensor& k, const at
 // u: the kernel does not take these tensors (not bf16, d not 64 or 72, too few (batch, head) pairs for
 // the one-pass kernel, ks not 3 or 5, or v's window would cost the kernel its second CTA an SM), and
 // the caller runs the attention and the LePE apart.
+// taps: LePE's taps as the kernel read them, (ks², H·d) float32 tap-major, for nala_backward_cuda's lepe_taps.
 struct NalaLepeForward {
   NalaForward state;
   at::Tensor u;
+  at::Tensor taps;
 };
 NalaLepeForward nala_forward_lepe_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const NalaOptions& opt, bool save_state,
                                        const at::Tensor& lepe_w, const at::Tensor& lepe_b, int64_t grid_h, int64_t grid_w);

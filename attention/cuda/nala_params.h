@@ -73,7 +73,7 @@ struct NalaKernelParams {
   // window of v (grid rows, D channels a position) sits at byte lepe_window of shared memory;
   // lepe_smem is the launch's dynamic shared memory (onepass_lepe_layout).
   // One-pass backward with LePE (lepe_ks 3 or 5): dv gets LePE's part, the transposed convolution of
-  // grad_o (= ∂L/∂u) with lepe_wt holding the taps reversed; the window goes in the φ tile's memory
+  // grad_o (= ∂L/∂u) with the taps of lepe_wt (the forward's table) reversed as the kernel stages them; the window goes in the φ tile's memory
   // (onepass_lepe_backward_fits); lepe_b, u, lepe_window and lepe_smem are not used.
   void* u = nullptr;
   const float* lepe_wt = nullptr;

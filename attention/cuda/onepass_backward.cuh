@@ -136,7 +136,7 @@ __device__ __forceinline__ void stage_first_den(float* staged_den, const float* 
 
 // KS > 0 (P.lepe_ks == KS): LePE's part of dv added as phase 2 writes dv (onepass_kernels.cuh
 // lepe_rows_out): the tile's window of grad_o (= ∂L/∂u) copied into the φ tile's memory once the
-// products have read φ, P.lepe_wt the taps reversed.
+// products have read φ, P.lepe_wt the forward's taps, staged reversed (lepe_stage_taps REV).
 // SUMS (P.grad_sums set): the column sums too, a kernel of its own so that the plain one keeps its registers.
 // A cluster takes the (batch, head) pairs bh = blockIdx.y, blockIdx.y + gridDim.y, … (P.slots, as the
 // forward); with P.next_stage ≥ 0 a pair's first q and grad_o tiles and den are copied to shared memory
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(256, OnePassBwd<D, FEAT, LO>::MIN_BLOCKS) onep
     const bool staged = next_q != nullptr && bh != int(blockIdx.y);  // this pair's first tiles were staged
     if (staged) nala::cuda_async::cp_async_wait<0>();
     LepeTaps taps{nullptr, 0};
-    if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS>(P, sm, h);  // lands under phase 1
+    if constexpr (KS > 0) taps = lepe_stage_taps<D, KS, O::THREADS, true>(P, sm, h);  // reversed; lands under phase 1
 
     // the first q, grad_o tile's loads fly while S is read
     const float* denp = P.den + int64_t(bh) * P.N;

@@ -280,19 +280,21 @@ __device__ __forceinline__ void lepe_stage_window(__nv_bfloat16* win, const void
 // P.lepe_taps by cp.async, one group, when the launch placed them there (P.lepe_taps ≥ 0; the host's
 // onepass_lepe_taps): returns where lepe_rows_out reads them and their tap stride. The copies land
 // by the tile's cp_async_wait<0> and barrier that precede the first lepe_rows_out.
+// REV (the backward's transposed convolution): tap t is P.lepe_wt's tap ks² − 1 − t, so the backward
+// reads the forward's table (no reversed copy of it).
 struct LepeTaps {
   const float* w;  // tap 0, this head's channel 0
   int stride;      // floats from one tap to the next
 };
-template <int D, int KS, int THREADS>
+template <int D, int KS, int THREADS, bool REV = false>
 __device__ __forceinline__ LepeTaps lepe_stage_taps(const NalaKernelParams& P, char* sm, int h) {
   const float* src = P.lepe_wt + h * D;
-  if (P.lepe_taps < 0) return {src, P.H * D};
+  if (P.lepe_taps < 0) return REV ? LepeTaps{src + (KS * KS - 1) * P.H * D, -P.H * D} : LepeTaps{src, P.H * D};
   float* dst = reinterpret_cast<float*>(sm + P.lepe_taps);
   constexpr int C4 = D / 4;
   for (int i = threadIdx.x; i < KS * KS * C4; i += THREADS) {
     const int tap = i / C4, c = i - tap * C4;
-    nala::cuda_async::cp_async<16>(dst + tap * D + 4 * c, src + int64_t(tap) * P.H * D + 4 * c);
+    nala::cuda_async::cp_async<16>(dst + tap * D + 4 * c, src + int64_t(REV ? KS * KS - 1 - tap : tap) * P.H * D + 4 * c);
   }
   nala::cuda_async::cp_async_commit();
   return {dst, D};
@@ -401,7 +403,7 @@ __device__ __forceinline__ void lepe_blocks_out(const NalaKernelParams& P, const
 // The outputs of tokens t0 .. t0 + rows − 1 (rows ≤ the tile's) from the window and a staged tile
 // (bf16 rows t, leading dimension LD: o forward, the attention's dv backward). A thread takes 4
 // channels of a run of LEPE_RUN consecutive tokens at a time, consecutive threads along the
-// channels: each tap's 4 weights (taps: lepe_stage_taps; reversed for the backward by the host) are
+// channels: each tap's 4 weights (taps: lepe_stage_taps; reversed for the backward as it stages them) are
 // read once for the run, and where the run lies in one grid row each window row's LEPE_RUN + ks − 1
 // positions are read once for all its taps (a run that crosses a row or the end reads per token).
 // Each output's sum is the same either way: bias (forward), then the taps row by row, fmaf.

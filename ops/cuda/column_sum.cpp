@@ -1,5 +1,7 @@
 #include "ops/cuda/column_sum.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -46,6 +48,50 @@ at::Tensor sum_partials(const at::Tensor& part) {
   if (K == 0) return out.zero_();
   if (C > 0) launch_column_sum_final(part.data_ptr<float>(), int(K), int(C), out.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
   return out;
+}
+
+void sum_partials_into(const std::vector<PartialSums>& sums) {
+  TORCH_CHECK(!sums.empty() && sums.size() <= size_t(kMaxPartialSumsSegments), "sum_partials_into: ", sums.size(), " pairs (1 to ",
+              kMaxPartialSumsSegments, ")");
+  std::vector<PartialSumsSegment> segments;
+  for (size_t i = 0; i < sums.size(); ++i) {
+    const at::Tensor &part = sums[i].part, &out = sums[i].out;
+    TORCH_CHECK(part.defined() && out.defined() && part.is_cuda() && part.scalar_type() == at::kFloat && part.dim() >= 2 && part.size(0) >= 1,
+                "sum_partials_into: pair ", i, ": part must be float32 (K ≥ 1, ...) on CUDA, got ",
+                part.defined() ? c10::str(part.sizes(), " ", part.scalar_type(), " on ", part.device()) : std::string("undefined"));
+    TORCH_CHECK(part.select(0, 0).is_contiguous() && part.stride(0) >= part.select(0, 0).numel(), "sum_partials_into: pair ", i, ": part ",
+                part.sizes(), " with strides ", part.strides(), " must hold each partial contiguous");
+    TORCH_CHECK(out.scalar_type() == at::kFloat && out.device() == part.device() && out.sizes() == part.sizes().slice(1), "sum_partials_into: pair ", i,
+                ": out must be float32 ", part.sizes().slice(1), " on ", part.device(), ", got ", out.sizes(), " ", out.scalar_type(), " on ",
+                out.device());
+    std::vector<int64_t> shape, strides;  // out as (C) or (R, W): unit dimensions dropped, dense neighbours merged
+    for (int64_t d = 0; d < out.dim(); ++d) {
+      if (out.size(d) == 1) continue;
+      if (!shape.empty() && strides.back() == out.stride(d) * out.size(d)) {
+        shape.back() *= out.size(d);
+        strides.back() = out.stride(d);
+      } else {
+        shape.push_back(out.size(d));
+        strides.push_back(out.stride(d));
+      }
+    }
+    TORCH_CHECK(shape.size() <= 2, "sum_partials_into: pair ", i, ": out ", out.sizes(), " has more than two dimensions of size > 1 that are not one dense block");
+    const int64_t cols = out.numel();
+    TORCH_CHECK(part.size(0) <= INT32_MAX && cols <= INT32_MAX - 31, "sum_partials_into: pair ", i, ": ", part.sizes(), " is too large");
+    PartialSumsSegment g;
+    g.part = part.data_ptr<float>();
+    g.ld = part.stride(0);
+    g.splits = int(part.size(0));
+    g.cols = int(cols);
+    g.width = shape.size() == 2 ? int(shape[1]) : int(std::max<int64_t>(cols, 1));
+    g.out = out.data_ptr<float>();
+    g.out_row = shape.size() == 2 ? strides[0] : 0;
+    g.out_col = shape.empty() ? 1 : strides.back();
+    if (cols > 0) segments.push_back(g);
+  }
+  if (segments.empty()) return;
+  const c10::cuda::CUDAGuard guard(sums[0].part.device());
+  launch_sum_partials_into(segments.data(), int(segments.size()), at::cuda::getCurrentCUDAStream().stream());
 }
 
 }  // namespace nala::ops::cuda

@@ -3,6 +3,8 @@
 // four rows' loads in flight a lane, and add their float32 sums in warp order into the block's
 // partial. Stage 2 (column_sum_final): a block owns 32 columns, its 8 warps take every 8th partial,
 // eight loads in flight a lane, and the 8 warp sums are added in warp order. No atomics.
+// partial_sums_many: stage 2 of several segments (other kernels' partials) in one launch, a block
+// 32 columns of one segment, each column summed as column_sum_final sums it.
 #include "ops/cuda/column_sum_kernels.h"
 
 #include <cuda_bf16.h>
@@ -85,6 +87,33 @@ __global__ void __launch_bounds__(kWarps * 32) column_sum_final(const float* __r
 }
 unsigned final_blocks(int C) { return unsigned((C + 31) / 32); }
 
+// The segments by value (a kernel parameter: no copy to the device), with each one's first block
+struct PartialSumsTable {
+  PartialSumsSegment seg[kMaxPartialSumsSegments];
+  int first_block[kMaxPartialSumsSegments + 1];
+  int count;
+};
+__global__ void __launch_bounds__(kWarps * 32) partial_sums_many(const PartialSumsTable t) {
+  __shared__ float sums[kWarps][32];
+  int s = 0;
+  while (s + 1 < t.count && int(blockIdx.x) >= t.first_block[s + 1]) ++s;
+  const PartialSumsSegment& g = t.seg[s];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = (int(blockIdx.x) - t.first_block[s]) * 32 + lane;
+  float acc = 0;
+  if (c < g.cols) {
+#pragma unroll 8
+    for (int k = warp; k < g.splits; k += kWarps) acc += g.part[int64_t(k) * g.ld + c];
+  }
+  sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && c < g.cols) {
+    float total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += sums[w][lane];
+    g.out[int64_t(c / g.width) * g.out_row + int64_t(c % g.width) * g.out_col] = total;
+  }
+}
+
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("nala CUDA kernel ") + what + " failed to launch: " + cudaGetErrorString(e));
@@ -115,6 +144,26 @@ void column_sum_plan(ColumnSumParams& p, int sms) {
 void launch_column_sum_final(const float* part, int splits, int C, float* out, void* stream) {
   column_sum_final<<<final_blocks(C), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(part, splits, C, out);
   check_launch("column_sum_final");
+}
+
+void launch_sum_partials_into(const PartialSumsSegment* segments, int count, void* stream) {
+  if (count < 1 || count > kMaxPartialSumsSegments)
+    throw std::runtime_error("launch_sum_partials_into: " + std::to_string(count) + " segments (1 to " + std::to_string(kMaxPartialSumsSegments) + ")");
+  PartialSumsTable t{};
+  t.count = count;
+  int blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    const PartialSumsSegment& g = segments[i];
+    if (g.splits < 1 || g.cols < 1 || g.width < 1 || g.cols % g.width != 0 || g.ld < g.cols)
+      throw std::runtime_error("launch_sum_partials_into: segment " + std::to_string(i) + " has " + std::to_string(g.splits) + " partials of " +
+                               std::to_string(g.cols) + " columns " + std::to_string(g.ld) + " floats apart in rows of " + std::to_string(g.width));
+    t.seg[i] = g;
+    t.first_block[i] = blocks;
+    blocks += int(final_blocks(g.cols));
+  }
+  t.first_block[count] = blocks;
+  partial_sums_many<<<unsigned(blocks), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(t);
+  check_launch("partial_sums_many");
 }
 
 void launch_column_sum(const ColumnSumParams& p, void* stream) {

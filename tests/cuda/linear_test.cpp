@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
@@ -64,6 +65,51 @@ TEST_F(LinearCuda, SumPartialsMatchesFloat64) {
     EXPECT_LT(e, 1e-6) << c10::str(shape);
   }
   EXPECT_THROW(nala::ops::cuda::sum_partials(at::randn({4, 6}, at::kCUDA).t()), c10::Error);  // not contiguous
+}
+
+// sum_partials_into: the gated block's backward's pairs in one launch (attention/gated_tail.cpp): the
+// norm's (K, 2, D), LePE's taps from a wider (K, 26, D) partial written transposed into the weight's
+// (D, 1, 5, 5) order, LePE's bias row, g's sums into a slice of a longer vector, and the attention's
+// (K', 3, H, d); between them a segment of 72 columns (a last column block only partly its own) into a
+// strided view. Each result bit for bit sum_partials' of the same partials (the same additions in the
+// same order), every element written (NaN-filled first), against float64; bad pairs are errors.
+TEST_F(LinearCuda, SumPartialsIntoEqualsSumPartials) {
+  using nala::ops::cuda::PartialSums;
+  const int64_t K = 264, D = 384, Kq = 513, H = 6, d = 64;
+  torch::manual_seed(5);
+  const at::Tensor norm_part = at::randn({K, 2, D}, at::kCUDA), lepe_part = at::randn({K, 26, D}, at::kCUDA),
+                   g_part = at::randn({K, D}, at::kCUDA), qkv_part = at::randn({Kq, 3, H, d}, at::kCUDA),
+                   odd_part = at::randn({9, 3, 24}, at::kCUDA);  // (K, …) float32
+  const auto nan = [](std::vector<int64_t> s) { return at::full(s, std::numeric_limits<float>::quiet_NaN(), at::kCUDA); };
+  const at::Tensor norm = nan({2, D}), lepe_w = nan({D, 1, 5, 5}), lepe_b = nan({D}), qkvg = nan({4 * D}), odd = nan({3, 48});
+  nala::ops::cuda::sum_partials_into({{norm_part, norm},
+                                      {lepe_part.narrow(1, 0, 25), lepe_w.view({D, 25}).t()},
+                                      {lepe_part.select(1, 25), lepe_b},
+                                      {odd_part, odd.narrow(1, 0, 24)},
+                                      {g_part, qkvg.narrow(0, 3 * D, D)},
+                                      {qkv_part, qkvg.narrow(0, 0, 3 * D).view({3, H, d})}});
+  const at::Tensor lepe_sum = nala::ops::cuda::sum_partials(lepe_part);  // (26, D)
+  const std::vector<std::pair<at::Tensor, at::Tensor>> checks = {
+      {norm, nala::ops::cuda::sum_partials(norm_part)},
+      {lepe_w, lepe_sum.narrow(0, 0, 25).t().reshape({D, 1, 5, 5})},
+      {lepe_b, lepe_sum[25]},
+      {odd.narrow(1, 0, 24), nala::ops::cuda::sum_partials(odd_part)},
+      {qkvg, at::cat({nala::ops::cuda::sum_partials(qkv_part).reshape({-1}), nala::ops::cuda::sum_partials(g_part)})}};
+  const std::vector<at::Tensor> truths = {norm_part.to(at::kDouble).sum(0), lepe_part.to(at::kDouble).sum(0).narrow(0, 0, 25).t().reshape({D, 1, 5, 5}),
+                                          lepe_part.to(at::kDouble).sum(0)[25], odd_part.to(at::kDouble).sum(0),
+                                          at::cat({qkv_part.to(at::kDouble).sum(0).reshape({-1}), g_part.to(at::kDouble).sum(0)})};
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const double e = rel(checks[i].first, truths[i]);
+    std::printf("  sum_partials_into result %zu %s: rel err %.2e, bitwise sum_partials' %d\n", i, c10::str(checks[i].first.sizes()).c_str(), e,
+                int(at::equal(checks[i].first, checks[i].second)));
+    EXPECT_FALSE(checks[i].first.isnan().any().item<bool>()) << "result " << i << " has unwritten elements";
+    EXPECT_TRUE(at::equal(checks[i].first, checks[i].second)) << "result " << i;
+    EXPECT_LT(e, 1e-6) << "result " << i;
+  }
+  EXPECT_THROW(nala::ops::cuda::sum_partials_into({{norm_part, nan({2, D + 1})}}), c10::Error);           // wrong shape
+  EXPECT_THROW(nala::ops::cuda::sum_partials_into({{norm_part.transpose(1, 2), nan({D, 2})}}), c10::Error);  // a partial not contiguous
+  EXPECT_THROW(nala::ops::cuda::sum_partials_into({{qkv_part, nan({H, 3, d}).transpose(0, 1)}}), c10::Error);  // out in three pieces
+  EXPECT_THROW(nala::ops::cuda::sum_partials_into({}), c10::Error);
 }
 
 TEST_F(LinearCuda, LinearEqualsAtLinear) {
