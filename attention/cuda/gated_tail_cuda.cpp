@@ -42,7 +42,9 @@ int lepe_staged() {
   if (s < 0) {
     const char* v = std::getenv("NALA_LEPE_STAGED");
     const char* c16 = std::getenv("NALA_LEPE_COPY16");
-    int from_env = lepe_staging_of(v ? v : "") | (lepe_copy16_of(c16 ? c16 : "") ? kStageCopy16 : 0);
+    const char* mma = std::getenv("NALA_LEPE_WGRAD_MMA");
+    int from_env = lepe_staging_of(v ? v : "") | (lepe_copy16_of(c16 ? c16 : "") ? kStageCopy16 : 0) |
+                   (lepe_wgrad_mma_of(mma ? mma : "") ? kStageWgradMma : 0);
     // a set_lepe_staged() in between wins over the environment
     s = g_lepe_staged.compare_exchange_strong(s, from_env) ? from_env : s;
   }
@@ -105,8 +107,15 @@ bool lepe_copy16_of(const std::string& v) {
   TORCH_CHECK(false, "NALA_LEPE_COPY16='", v, "' is not one of 0, 1");
 }
 
+bool lepe_wgrad_mma_of(const std::string& v) {
+  if (v.empty() || v == "0") return false;  // off until a GPU has timed it (docs/benchmarks.md, fifty-second session)
+  if (v == "1") return true;
+  TORCH_CHECK(false, "NALA_LEPE_WGRAD_MMA='", v, "' is not one of 0, 1");
+}
+
 void set_lepe_staged(int bits) {
-  TORCH_CHECK(bits >= 0 && bits <= (kStageResidual | kStageDu | kStageOneBuffer | kStageCopy16), "set_lepe_staged: bits ", bits, " (0 to 15)");
+  constexpr int all = kStageResidual | kStageDu | kStageOneBuffer | kStageCopy16 | kStageWgradMma;
+  TORCH_CHECK(bits >= 0 && bits <= all, "set_lepe_staged: bits ", bits, " (0 to ", all, ")");
   g_lepe_staged = bits;
 }
 
@@ -234,7 +243,7 @@ GatedTailGrads gated_tail_backward(const at::Tensor& dy_in, int64_t heads, const
   at::Tensor norm_part = at::empty({ln_gate_backward_chunks(p), 2, p.D}, f), lepe_part;  // (chunks, 2, D)
   if (p.ks > 0) {
     if (lepe_dv) r.v = at::empty({p.B, p.N, p.D}, v.options());                           // (B, N, D)
-    lepe_part = at::empty({lepe_backward_chunks(p), p.ks * p.ks + 1, p.D}, f);             // (chunks, ks·ks + 1, D)
+    lepe_part = at::empty({lepe_backward_chunks(p, r.o.data_ptr()), p.ks * p.ks + 1, p.D}, f);  // (chunks, ks·ks + 1, D)
   }
   at::Tensor dg_part;  // (chunks, D): with dg_out, Σ dg as stored
   if (dg_out.defined() && dg_sum) dg_part = at::empty({ln_gate_backward_chunks(p), p.D}, f);

@@ -19,9 +19,11 @@ namespace nala::attention::cuda {
 // docs/benchmarks.md), both1; any other value is an error naming it.
 // NALA_LEPE_COPY16 (0 or 1, default 1) adds kStageCopy16 (the value 8): LePE's windows copied to shared memory in
 // 16-byte pieces where the layout allows (the same values in the same places). set_lepe_staged
-// overrides both (the tests run the variants).
+// overrides both (the tests run the variants). NALA_LEPE_WGRAD_MMA (0 or 1, default 0) adds kStageWgradMma
+// (the value 16): the bf16 LePE weight gradient on the tensor cores (sums within rounding of the others).
 int lepe_staging_of(const std::string& value);
 bool lepe_copy16_of(const std::string& value);
+bool lepe_wgrad_mma_of(const std::string& value);
 void set_lepe_staged(int bits);
 
 // Blocks an SM the backward's LayerNorm-gate kernel (ln_gate_bwd) is launched with, each summing

@@ -25,6 +25,7 @@
 #include <string>
 #include <type_traits>
 
+#include "attention/cuda/mma_bf16.cuh"
 #include "ops/cuda/vec_io.cuh"
 
 namespace nala::attention::cuda {
@@ -592,6 +593,160 @@ __global__ void __launch_bounds__(kWarps * 32) lepe_wgrad(const GatedTailParams 
     }
 }
 
+// ---- LePE weight gradient on the tensor cores (bf16, kStageWgradMma) ----
+// With y' = y + i − R (a row of v) the weight gradient above is
+//   dw[i][j] = Σ_{b, y', x} du(b, y' − i + R, x) · v(b, y', x + j − R),
+// so over one row y' of v and a strip of 16 columns x = x0 + k it is a matrix product
+//   D[i][j] += Σ_k A[i][k]·B[k][j],  A[i][k] = du(b, y' − i + R, x0 + k),  B[k][j] = v(b, y', x0 + k + j − R):
+// one mma.m16n8k16 (bf16 products, exact in fp32, fp32 sums) a row of 16 columns and a channel. Rows
+// i < KS of D and columns j < KS are the taps; the others are never stored, so A's rows and B's
+// columns past KS hold whatever their lanes read (D's row i depends on A's row i only, its column j on
+// B's column j only). B's column 7 is all ones (j < 7 for every KS), so D[R][7] adds du(b, y', x0 + k)
+// over every position once: the bias gradient. The FMA kernel above spends 25 multiply-adds a channel
+// and position (KS 5) and a load and an unpack every ten; here a channel and 16 positions take one mma
+// and four byte permutes.
+// A block owns a 64-channel chunk and walks tiles of rows × 16 columns of one sample (lepe_wgrad's:
+// TileRows<bf16, KS>::rows = 8), staging with cp.async, in 16-byte pieces of 8 channels, du's rows
+// y0 − R .. y0 + rows − 1 + R and v's columns x0 − R .. x0 + 15 + R (zeros outside the grid or past D).
+// Warp q (8 warps) owns channels 8q .. 8q + 7 of the chunk: for each row it reads the four du and four v
+// positions its lane's fragments need as 16-byte pieces (8 channels each) and makes each channel's
+// fragment registers from them with byte permutes. A position takes 144 bytes of shared memory (8 pieces
+// and 16 bytes of padding) and du's tile rows are 17 positions apart, so piece q of position p sits in
+// bank group (p + q) mod 8 and one instruction's 32 reads spread over the bank groups (≤ 3 lanes a group
+// among the 20 whose rows are taps at KS 5). The lanes of B's column 7 read a fixed region of ones.
+// Each (tap, channel) sum is held by one lane of one warp: no reduction in the block; the per-block
+// partial sums go to part (gridDim.y, KS·KS + 1, D) as lepe_wgrad's do.
+constexpr int kMmaWarps = 8;
+constexpr int kMmaPosBytes = 144;  // a staged position: 64 bf16 channels and 16 bytes of padding
+constexpr int kMmaSlots = kMmaWarps * 32 / (kChunkChannels / 8);  // threads a piece index: 32
+template <int KS>
+struct MmaTile {
+  static constexpr int R = KS / 2, rows = TileRows<__nv_bfloat16, KS>::rows;
+  static constexpr int du_rows = rows + 2 * R, du_pitch = kStrip + 1;  // du: rows × 17 positions (16 used)
+  static constexpr int v_cols = kStrip + 2 * R;                          // v: rows × (16 + 2R) positions
+  static constexpr int du_bytes = du_rows * du_pitch * kMmaPosBytes, v_bytes = rows * v_cols * kMmaPosBytes;
+  static constexpr int bytes = du_bytes + v_bytes;                    // one buffer
+  static constexpr int ones_positions = 2 * 3 + 9 + 7 + 1;             // B's column-7 lanes read positions 2t + 7 + {0, 1, 8, 9}
+  static constexpr int ones_bytes = ones_positions * kMmaPosBytes;   // after the buffers
+  static_assert(KS <= 7, "B's column 7 holds the ones of the bias gradient");
+  static_assert(du_rows % 2 == 0 && v_cols <= kMmaSlots, "the staging's thread layout");
+};
+
+// Issues the copies of tile s's du and v pieces into buf as one cp.async group: thread (slot, piece)
+// copies piece `piece` of du's column slot % 16 at rows slot / 16, + 2, ... and of v's column slot
+// (slot < v_cols) at every row.
+template <int KS>
+__device__ __forceinline__ void stage_mma_tile(const GatedTailParams& p, const Strided& du, const Strided& v, const TilePos& s,
+                                               unsigned char* buf) {
+  using M = MmaTile<KS>;
+  constexpr int R = M::R, kPieces = kChunkChannels / 8;
+  const int piece = threadIdx.x % kPieces, slot = threadIdx.x / kPieces;
+  const int c = blockIdx.x * kChunkChannels + piece * 8;
+  const bool active = c < p.D;
+  const int64_t row_step = int64_t(p.grid_w) * du.sn;
+  {
+    const int col = slot % kStrip, r0 = slot / kStrip, xx = s.x0 + col;
+    const bool col_in = active && xx < p.grid_w;
+    const __nv_bfloat16* base = lane_base<__nv_bfloat16>(du, active ? c : 0, p.d) + s.b * du.sb;
+    const __nv_bfloat16* src = base + (int64_t(s.y0 - R + r0) * p.grid_w + xx) * du.sn;
+    unsigned char* dst = buf + (r0 * M::du_pitch + col) * kMmaPosBytes + piece * 16;
+#pragma unroll
+    for (int k = 0; k < M::du_rows / 2; ++k) {
+      const int yy = s.y0 - R + r0 + 2 * k;
+      const bool valid = col_in && yy >= 0 && yy < p.grid_h;
+      cp_async<16>(dst + k * 2 * M::du_pitch * kMmaPosBytes, valid ? src + 2 * k * row_step : base, valid);
+    }
+  }
+  if (slot < M::v_cols) {
+    const int xx = s.x0 - R + slot;
+    const bool col_in = active && xx >= 0 && xx < p.grid_w;
+    const __nv_bfloat16* base = lane_base<__nv_bfloat16>(v, active ? c : 0, p.d) + s.b * v.sb;
+    const __nv_bfloat16* src = base + (int64_t(s.y0) * p.grid_w + xx) * v.sn;
+    const int64_t v_step = int64_t(p.grid_w) * v.sn;
+    unsigned char* dst = buf + M::du_bytes + slot * kMmaPosBytes + piece * 16;
+#pragma unroll
+    for (int r = 0; r < M::rows; ++r) {
+      const bool valid = col_in && s.y0 + r < p.grid_h;
+      cp_async<16>(dst + r * M::v_cols * kMmaPosBytes, valid ? src + r * v_step : base, valid);
+    }
+  }
+  cp_async_commit();
+}
+
+template <int KS>
+__global__ void __launch_bounds__(kMmaWarps * 32, 2) lepe_wgrad_mma(const GatedTailParams p, const Strided du, const Strided v,
+                                                                    float* __restrict__ part, int buffers) {
+  using M = MmaTile<KS>;
+  constexpr int R = M::R, TAPS = KS * KS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int lane = threadIdx.x & 31, q = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  unsigned char* ones = smem_raw + buffers * M::bytes;
+  for (int i = threadIdx.x; i < M::ones_bytes / 16; i += kMmaWarps * 32)
+    reinterpret_cast<uint4*>(ones)[i] = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);  // bf16 1.0 pairs
+  float acc[8][4];  // D(g, 2t..2t+1), D(g + 8, ·) of each of the warp's 8 channels
+#pragma unroll
+  for (int cc = 0; cc < 8; ++cc) acc[cc][0] = acc[cc][1] = acc[cc][2] = acc[cc][3] = 0.f;
+  // this lane's byte offsets for row 0 of a buffer: A's positions (du row 2R − g, columns 2t + {0, 1, 8, 9}),
+  // B's (v row 0, columns 2t + g + {0, 1, 8, 9}); a lane whose row or column is no tap reads row or
+  // column KS − 1's (what it reads is never stored), B's column 7 the ones (the same for every row)
+  const int gt = min(g, KS - 1);
+  const int a_off = ((2 * R - gt) * M::du_pitch + 2 * t) * kMmaPosBytes + q * 16;
+  const int b_off = g == 7 ? int(ones - smem_raw) + (2 * t + 7) * kMmaPosBytes + q * 16 : M::du_bytes + (2 * t + gt) * kMmaPosBytes + q * 16;
+  const int b_row = g == 7 ? 0 : M::v_cols * kMmaPosBytes;
+  const int64_t tiles = p.B * ((p.grid_h + M::rows - 1) / M::rows) * ((p.grid_w + kStrip - 1) / kStrip);
+  int cur = 0;
+  int64_t ti = blockIdx.y;
+  if (ti < tiles) stage_mma_tile<KS>(p, du, v, tile_pos(p, ti, M::rows), smem_raw);
+  for (; ti < tiles; ti += gridDim.y) {
+    const int64_t next = ti + gridDim.y;
+    const bool ahead = buffers == 2 && next < tiles;
+    if (ahead) {
+      stage_mma_tile<KS>(p, du, v, tile_pos(p, next, M::rows), smem_raw + (cur ^ 1) * M::bytes);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies of this tile (and the ones) are visible
+    const TilePos s = tile_pos(p, ti, M::rows);
+    const int rows = min(M::rows, p.grid_h - s.y0);
+    const unsigned char* pa_row = smem_raw + cur * M::bytes + a_off;
+    const unsigned char* pb_row = g == 7 ? smem_raw + b_off : smem_raw + cur * M::bytes + b_off;
+#pragma unroll 2
+    for (int r = 0; r < rows; ++r, pa_row += M::du_pitch * kMmaPosBytes, pb_row += b_row) {
+      uint4 pa[4], pb[4];  // the pieces at columns 2t + {0, 1, 8, 9} (A) and those + g (B)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int col = (k / 2) * 8 + k % 2;  // 0, 1, 8, 9
+        pa[k] = *reinterpret_cast<const uint4*>(pa_row + col * kMmaPosBytes);
+        pb[k] = *reinterpret_cast<const uint4*>(pb_row + col * kMmaPosBytes);
+      }
+#pragma unroll
+      for (int cc = 0; cc < 8; ++cc) {
+        const unsigned sel = cc % 2 ? 0x7632u : 0x5410u;  // the high or the low bf16 of each word
+        const auto word = [&](const uint4& x) { return reinterpret_cast<const uint32_t*>(&x)[cc / 2]; };
+        mma_bf16_rows8(acc[cc], __byte_perm(word(pa[0]), word(pa[1]), sel), __byte_perm(word(pa[2]), word(pa[3]), sel),
+                       __byte_perm(word(pb[0]), word(pb[1]), sel), __byte_perm(word(pb[2]), word(pb[3]), sel));
+      }
+    }
+    __syncthreads();  // the buffer is read before it is refilled
+    if (buffers == 2) cur ^= 1;
+    else if (next < tiles) stage_mma_tile<KS>(p, du, v, tile_pos(p, next, M::rows), smem_raw);
+  }
+  // D(i, j) for i = g < KS and j = 2t + e < KS: tap i·KS + j; D(R, 7): the bias gradient
+  float* out = part + int64_t(blockIdx.y) * (TAPS + 1) * p.D;
+#pragma unroll
+  for (int cc = 0; cc < 8; ++cc) {
+    const int c = blockIdx.x * kChunkChannels + q * 8 + cc;
+    if (c >= p.D) continue;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int j = 2 * t + e;
+      if (g < KS && j < KS) out[int64_t(g * KS + j) * p.D + c] = acc[cc][e];
+    }
+    if (g == R && t == 3) out[int64_t(TAPS) * p.D + c] = acc[cc][1];
+  }
+}
+
 // ---- dispatch ----
 constexpr int kMaxNV = 12;  // D ≤ 1536
 int nv_for(int D) {
@@ -635,6 +790,35 @@ Strided v_of(const GatedTailParams& p) { return {p.v, p.v_stride[0], p.d, p.v_st
 Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.H) * p.N * p.d, p.N * p.d, p.d}; }
 
 std::atomic<int64_t> g_copy16_launches{0};  // lepe_copy16_launches()
+std::atomic<int64_t> g_wgrad_mma_launches{0};  // lepe_wgrad_mma_launches()
+
+// Whether the weight gradient runs on the tensor cores (lepe_wgrad_mma): asked for (kStageWgradMma),
+// bf16, LePE on, a piece of 8 channels in one head, v and du 16-byte aligned with strides of whole pieces.
+bool wgrad_mma_fits(const GatedTailParams& p, const void* du) {
+  if (!p.bf16 || p.ks == 0 || !(p.lepe_staged & kStageWgradMma) || p.d % 8 != 0) return false;
+  for (const Strided& a : {v_of(p), du_of(p, du)})
+    if (reinterpret_cast<uintptr_t>(a.p) % 16 != 0 || a.sb % 8 != 0 || a.sh % 8 != 0 || a.sn % 8 != 0) return false;
+  return true;
+}
+// lepe_wgrad_mma's blocks along the tiles: 2 blocks of 8 warps an SM (its launch bounds) over the channel chunks
+int64_t lepe_mma_blocks(const GatedTailParams& p, int rows) {
+  const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
+  return std::max<int64_t>(1, std::min<int64_t>(tiles, ceil_div(2 * p.sms, chunks)));
+}
+template <int KS>
+void launch_wgrad_mma(const GatedTailParams& p, const void* du, float* part, cudaStream_t st) {
+  using M = MmaTile<KS>;
+  const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_mma_blocks(p, M::rows)));
+  const int64_t tiles = p.B * tiles_per_sample(p, M::rows);
+  // two buffers where two blocks an SM still fit (sm_90: 228 KB of shared memory an SM, 1 KB of it reserved a block)
+  const int buffers = tiles > int64_t(grid.y) && 2 * M::bytes + M::ones_bytes <= 113 * 1024 ? 2 : 1;
+  const size_t smem = size_t(buffers) * M::bytes + M::ones_bytes;
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(lepe_wgrad_mma<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    throw std::runtime_error("nala CUDA kernel lepe_wgrad_mma: " + std::to_string(smem) + " bytes of shared memory refused: " +
+                             cudaGetErrorString(cudaGetLastError()));
+  lepe_wgrad_mma<KS><<<grid, kMmaWarps * 32, smem, st>>>(p, du_of(p, du), v_of(p), part, buffers);
+  g_wgrad_mma_launches.fetch_add(1, std::memory_order_relaxed);
+}
 
 // Whether a LePE kernel's windows may be copied in 16-byte pieces (Pieces): asked for (kStageCopy16),
 // a piece's channels in one head, and every input (the window's, the staged side input's; p null:
@@ -715,6 +899,13 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
                                  p.lepe_wt_flipped, static_cast<const float*>(nullptr), Strided{}, static_cast<T*>(dv));
         check_launch("lepe_conv (backward)");
       }
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        if (wgrad_mma_fits(p, du)) {
+          launch_wgrad_mma<K>(p, du, lepe_part, st);
+          check_launch("lepe_wgrad_mma");
+          return;
+        }
+      }
       const dim3 wgrid(chunks, unsigned(lepe_blocks(p, TileRows<T, K>::rows, LepeKernel::wgrad)));
       const bool staged = (p.lepe_staged & kStageDu) != 0, copy16 = pieces_fit<T>(p, {v_of(p), staged ? du_of(p, du) : Strided{}});
       if (staged)
@@ -730,13 +921,15 @@ void backward_typed(const GatedTailParams& p, const void* dy, const void* u, con
 }  // namespace
 
 int64_t lepe_copy16_launches() { return g_copy16_launches.load(std::memory_order_relaxed); }
+int64_t lepe_wgrad_mma_launches() { return g_wgrad_mma_launches.load(std::memory_order_relaxed); }
 
 int ln_gate_backward_chunks(const GatedTailParams& p) { return int(ceil_div(p.B * p.N, ln_rows_per_block(p))); }
-int lepe_backward_chunks(const GatedTailParams& p) {
+int lepe_backward_chunks(const GatedTailParams& p, const void* du) {
   int rows = 0;
   with_ks(p.ks, false, [&](auto ks) {
     if constexpr (ks() > 0) rows = p.bf16 ? TileRows<__nv_bfloat16, ks()>::rows : TileRows<float, ks()>::rows;
   });
+  if (wgrad_mma_fits(p, du)) return int(lepe_mma_blocks(p, rows));  // MmaTile's rows are TileRows<bf16>'s
   return int(lepe_blocks(p, rows, LepeKernel::wgrad));
 }
 

@@ -45,15 +45,21 @@ struct GatedTailParams {
 // in 16-byte pieces of 8 bf16 / 4 float32 channels, not 4 / 8 bytes a lane, where every input is
 // 16-byte aligned with strides of whole pieces and d is a multiple of a piece (else the 4-byte
 // copies); the same values land in the same places.
-constexpr int kStageResidual = 1, kStageDu = 2, kStageOneBuffer = 4, kStageCopy16 = 8;
+// kStageWgradMma: the bf16 weight gradient on the tensor cores (lepe_wgrad_mma) where the layout allows
+// (d a multiple of 8, v and du 16-byte aligned with strides of whole 8-channel pieces), else as above; its
+// sums run in another order, so they equal the others' within rounding, not bit for bit.
+constexpr int kStageResidual = 1, kStageDu = 2, kStageOneBuffer = 4, kStageCopy16 = 8, kStageWgradMma = 16;
 
 // LePE kernel launches that copied their windows in 16-byte pieces since the process started (the
 // tests check that the layouts meant to take them did).
 int64_t lepe_copy16_launches();
+// lepe_wgrad_mma launches since the process started (the tests check the layouts meant to take it did).
+int64_t lepe_wgrad_mma_launches();
 
 // Token chunks of the two reducing backward kernels (their partial sums' first dimension).
 int ln_gate_backward_chunks(const GatedTailParams& p);
-int lepe_backward_chunks(const GatedTailParams& p);
+// du: the backward's ∂L/∂u buffer (it decides whether the weight gradient runs on the tensor cores).
+int lepe_backward_chunks(const GatedTailParams& p, const void* du);
 
 // u = o + LePE(v) + lepe_b, then y = (x̂·norm_w + norm_b)·SiLU(g) with x̂ = (u − μ)·r; mean, rstd
 // (B·N) float32 are written when not null.

@@ -6,7 +6,8 @@
 // bias), LePE 0 / 3 / 5 / 7, square and non-square grids, D up to 1536, bitwise repeatable; with
 // the LePE kernels' second inputs staged in shared memory (set_lepe_staged) bitwise equal to without;
 // with ln_gate_bwd on 1 and 8 blocks an SM (set_ln_gate_bwd_blocks: other partial sums) within the
-// same bounds.
+// same bounds; with the bf16 LePE weight gradient on the tensor cores (kStageWgradMma) within those
+// bounds and within fp32 rounding of the FMA kernel's sums, everything else bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -80,7 +81,8 @@ class GatedTailKernels : public ::testing::Test {
   }
   void TearDown() override {  // back to what the environment says
     auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
-    cuda::set_lepe_staged(cuda::lepe_staging_of(env("NALA_LEPE_STAGED")) | (cuda::lepe_copy16_of(env("NALA_LEPE_COPY16")) ? cuda::kStageCopy16 : 0));
+    cuda::set_lepe_staged(cuda::lepe_staging_of(env("NALA_LEPE_STAGED")) | (cuda::lepe_copy16_of(env("NALA_LEPE_COPY16")) ? cuda::kStageCopy16 : 0) |
+                          (cuda::lepe_wgrad_mma_of(env("NALA_LEPE_WGRAD_MMA")) ? cuda::kStageWgradMma : 0));
     cuda::set_ln_gate_bwd_blocks(cuda::ln_gate_bwd_blocks_of(env("NALA_LN_GATE_BWD_BLOCKS")));
   }
 };
@@ -127,7 +129,14 @@ void check_cases(const std::vector<Case>& cases) {
       Result fv0 = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(cuda::kStageDu | cuda::kStageOneBuffer | cuda::kStageCopy16);
       Result fv1 = run(true, in, c.gh, c.gw, w, bf16);
+      // the bf16 weight gradient on the tensor cores (lepe_wgrad_mma), where the layout takes it: d a
+      // multiple of 8 (v, a view of qkvg, and du are then 16-byte aligned with strides of whole pieces)
+      const int64_t mma_before = cuda::lepe_wgrad_mma_launches();
+      cuda::set_lepe_staged(cuda::kStageResidual | cuda::kStageDu | cuda::kStageCopy16 | cuda::kStageWgradMma);
+      Result fm = run(true, in, c.gh, c.gw, w, bf16);
       cuda::set_lepe_staged(0);
+      const bool mma = bf16 && c.ks > 0 && c.d % 8 == 0;
+      EXPECT_EQ(cuda::lepe_wgrad_mma_launches() - mma_before, mma ? 1 : 0) << "lepe_wgrad_mma taken where it should not be, or not taken, d " << c.d;
       // each of the three runs: the forward's convolution and the weight gradient (the backward's dv
       // convolution too where the tail computes it) in 16-byte pieces where the layout takes them
       const bool pieces = c.ks > 0 && c.d % (bf16 ? 8 : 4) == 0;
@@ -148,6 +157,7 @@ void check_cases(const std::vector<Case>& cases) {
       const at::Tensor* fvs[] = {&fv.y, &fv.dqkvg, &fv.do_, &fv.dlw, &fv.dlb, &fv.dnw, &fv.dnb};
       const at::Tensor* fv0s[] = {&fv0.y, &fv0.dqkvg, &fv0.do_, &fv0.dlw, &fv0.dlb, &fv0.dnw, &fv0.dnb};
       const at::Tensor* fv1s[] = {&fv1.y, &fv1.dqkvg, &fv1.do_, &fv1.dlw, &fv1.dlb, &fv1.dnw, &fv1.dnb};
+      const at::Tensor* fms[] = {&fm.y, &fm.dqkvg, &fm.do_, &fm.dlw, &fm.dlb, &fm.dnw, &fm.dnb};
       const at::Tensor* f1s[] = {&f1.y, &f1.dqkvg, &f1.do_, &f1.dlw, &f1.dlb, &f1.dnw, &f1.dnb};
       const at::Tensor* f8s[] = {&f8.y, &f8.dqkvg, &f8.do_, &f8.dlw, &f8.dlb, &f8.dnw, &f8.dnb};
       const at::Tensor* ps[] = {&p.y, &p.dqkvg, &p.do_, &p.dlw, &p.dlb, &p.dnw, &p.dnb};
@@ -163,10 +173,21 @@ void check_cases(const std::vector<Case>& cases) {
         EXPECT_TRUE(at::equal(*fs[i], *fvs[i])) << what << " " << names[i] << ": staged in 16-byte pieces differs from unstaged";
         EXPECT_TRUE(at::equal(*fs[i], *fv0s[i])) << what << " " << names[i] << ": 16-byte window pieces (unstaged) differ from 4-byte copies";
         EXPECT_TRUE(at::equal(*fs[i], *fv1s[i])) << what << " " << names[i] << ": du staged, one buffer, 16-byte pieces differs from unstaged";
+        // the tensor cores' weight gradient: LePE's weight and bias gradients (indices 3, 4) are the same exact
+        // bf16 products added in fp32 in another order (the tensor cores' own additions among them), so near
+        // the FMA kernel's sums: far inside a bf16 rounding (4e-3), where a wrong tap or position is O(1);
+        // everything else bit for bit
+        if (i == 3 || i == 4) {
+          EXPECT_LT(rel(*fms[i], *fs[i]), 1e-3) << what << " " << names[i] << ": tensor-core weight gradient against the FMA kernel's";
+          if (mma) std::printf("  %-42s %-9s tensor-core sums against the FMA kernel's %.2e\n", what, names[i], rel(*fms[i], *fs[i]));
+        } else {
+          EXPECT_TRUE(at::equal(*fs[i], *fms[i])) << what << " " << names[i] << ": changed by the tensor-core weight gradient";
+        }
         const double ef = rel(*fs[i], *ts[i]), ep = rel(*ps[i], *ts[i]);
         std::printf("  %-42s %-9s fused err %.2e  composition err %.2e\n", what, names[i], ef, ep);
         if (!bf16) EXPECT_LT(ef, 1e-5) << what << " " << names[i];
         else EXPECT_LE(ef, 2 * ep + 4e-3) << what << " " << names[i];
+        if (bf16) EXPECT_LE(rel(*fms[i], *ts[i]), 2 * ep + 4e-3) << what << " " << names[i] << " (tensor-core weight gradient)";
         for (const auto& [blocks, fb] : {std::pair<int, const at::Tensor*>{1, f1s[i]}, {8, f8s[i]}}) {  // other partial sums, same bounds
           const double eb = rel(*fb, *ts[i]);
           if (!bf16) EXPECT_LT(eb, 1e-5) << what << " " << names[i] << " (" << blocks << " ln_gate_bwd blocks an SM)";
@@ -184,6 +205,8 @@ TEST_F(GatedTailKernels, MatchFloat64AndTheComposition) {
   // grids wider than the kernels' 16-token strips (several strips a row, a partial last one) too
   check_cases({{8, 6, 64, 16, 16, 5}, {1, 12, 72, 4, 4, 5} /* D 864: a lane's last two vectors past the row */, {3, 2, 72, 5, 9, 3}, {2, 3, 12, 7, 7, 7}, {2, 16, 72, 4, 4, 5}, {1, 24, 64, 3, 5, 5},
                {4, 6, 64, 8, 8, 0}, {1, 1, 4, 1, 1, 5}, {2, 2, 8, 3, 33, 5}, {1, 6, 64, 9, 64, 5}, {1, 2, 72, 40, 3, 7},
+               // LePE 7 and 3 wider than a strip, every tap inside the grid (the tensor cores' weight gradient)
+               {2, 2, 64, 40, 40, 7}, {16, 2, 64, 9, 40, 3},
                // 1,100 one-token tiles of one channel chunk against ≈ 8 lepe_wgrad blocks an SM (1,056 on
                // 132 SMs): a few blocks walk two tiles (double-buffered windows), small enough for racecheck
                {1100, 1, 4, 1, 1, 5}});
@@ -193,8 +216,9 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
   // Many LePE tiles a block: the next window copied in while one is computed. lepe_wgrad launches
   // ≈ 8 blocks an SM over the channel chunks (176 along the tiles for D = 384 on 132 SMs) against
   // 192 (bf16, 8-row tiles) or 384 (fp32, 4-row) tiles here; lepe_conv at most 65,535, fewer
-  // than the 65,600 one-token samples here.
-  check_cases({{96, 6, 64, 16, 16, 5}, {65600, 1, 4, 1, 1, 7}});
+  // than the 65,600 one-token samples here. lepe_wgrad_mma launches 2 blocks an SM (44 along the tiles
+  // for D = 384, 132 for D = 128): two buffers at LePE 5, one (refilled after each tile) at LePE 7.
+  check_cases({{96, 6, 64, 16, 16, 5}, {65600, 1, 4, 1, 1, 7}, {96, 2, 64, 16, 16, 7}});
 }
 
 // NALA_LEPE_STAGED's and NALA_LN_GATE_BWD_BLOCKS's values, and an error naming a wrong one
@@ -216,6 +240,15 @@ TEST(GatedTailSwitches, Values) {
     ADD_FAILURE() << "'on' accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("NALA_LEPE_COPY16='on'"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(cuda::lepe_wgrad_mma_of(""));  // the default
+  EXPECT_FALSE(cuda::lepe_wgrad_mma_of("0"));
+  EXPECT_TRUE(cuda::lepe_wgrad_mma_of("1"));
+  try {
+    cuda::lepe_wgrad_mma_of("yes");
+    ADD_FAILURE() << "'yes' accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_WGRAD_MMA='yes'"), std::string::npos) << e.what();
   }
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of(""), 4);
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of("8"), 8);
