@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -223,6 +224,15 @@ TEST_F(GatedTailKernels, BlocksWalkingSeveralTiles) {
 
 // NALA_LEPE_STAGED's and NALA_LN_GATE_BWD_BLOCKS's values, and an error naming a wrong one
 TEST(GatedTailSwitches, Values) {
+  // a wrong value is an error that names the variable and the value
+  const auto rejected = [](const char* var, const std::string& value, const std::function<void(const std::string&)>& parse) {
+    try {
+      parse(value);
+      ADD_FAILURE() << var << "='" << value << "' accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(var) + "='" + value + "'"), std::string::npos) << e.what();
+    }
+  };
   EXPECT_EQ(cuda::lepe_staging_of(""), cuda::kStageResidual | cuda::kStageDu);  // the default
   EXPECT_EQ(cuda::lepe_staging_of("off"), 0);
   EXPECT_EQ(cuda::lepe_staging_of("0"), 0);
@@ -232,41 +242,20 @@ TEST(GatedTailSwitches, Values) {
   EXPECT_EQ(cuda::lepe_staging_of("du"), cuda::kStageDu);
   EXPECT_EQ(cuda::lepe_staging_of("both"), cuda::kStageResidual | cuda::kStageDu);
   EXPECT_EQ(cuda::lepe_staging_of("both1"), cuda::kStageResidual | cuda::kStageDu | cuda::kStageOneBuffer);
+  rejected("NALA_LEPE_STAGED", "yes", [](const std::string& v) { cuda::lepe_staging_of(v); });
   EXPECT_TRUE(cuda::lepe_copy16_of(""));  // the default
   EXPECT_TRUE(cuda::lepe_copy16_of("1"));
   EXPECT_FALSE(cuda::lepe_copy16_of("0"));
-  try {
-    cuda::lepe_copy16_of("on");
-    ADD_FAILURE() << "'on' accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_COPY16='on'"), std::string::npos) << e.what();
-  }
+  rejected("NALA_LEPE_COPY16", "on", [](const std::string& v) { cuda::lepe_copy16_of(v); });
   EXPECT_FALSE(cuda::lepe_wgrad_mma_of(""));  // the default
   EXPECT_FALSE(cuda::lepe_wgrad_mma_of("0"));
   EXPECT_TRUE(cuda::lepe_wgrad_mma_of("1"));
-  try {
-    cuda::lepe_wgrad_mma_of("yes");
-    ADD_FAILURE() << "'yes' accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_WGRAD_MMA='yes'"), std::string::npos) << e.what();
-  }
+  rejected("NALA_LEPE_WGRAD_MMA", "yes", [](const std::string& v) { cuda::lepe_wgrad_mma_of(v); });
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of(""), 4);
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of("8"), 8);
   EXPECT_EQ(cuda::ln_gate_bwd_blocks_of("16"), 16);
-  for (const char* bad : {"0", "17", "8x", "many", " 8", "+8", "-1"}) {
-    try {
-      cuda::ln_gate_bwd_blocks_of(bad);
-      ADD_FAILURE() << "'" << bad << "' accepted";
-    } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("NALA_LN_GATE_BWD_BLOCKS='") + bad + "'"), std::string::npos) << e.what();
-    }
-  }
-  try {
-    cuda::lepe_staging_of("yes");
-    ADD_FAILURE() << "'yes' accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("NALA_LEPE_STAGED='yes'"), std::string::npos) << e.what();
-  }
+  for (const char* bad : {"0", "17", "8x", "many", " 8", "+8", "-1"})
+    rejected("NALA_LN_GATE_BWD_BLOCKS", bad, [](const std::string& v) { cuda::ln_gate_bwd_blocks_of(v); });
 }
 
 // The whole NaLaDiT-S/2 step on CUDA, fused (this tail included) vs NALA_FUSED_BLOCKS=0, is
