@@ -82,11 +82,12 @@ int64_t tiles_per_sample(const GatedTailParams& p, int rows) { return ceil_div(p
 // ≈ 3 blocks an SM walking tiles with double-buffered windows, the latter was slower (the tail's
 // forward 0.270 against 0.233 ms at B 256, N 256, D 384 on the H200, docs/benchmarks.md). The
 // weight gradient (whose partial sums are per block) takes about 8 blocks an SM over the channel
-// chunks, walking tiles double-buffered.
-enum class LepeKernel { conv, wgrad };
+// chunks, walking tiles double-buffered; its tensor-core version (wgrad_mma) 2 blocks of 8 warps an SM (its
+// launch bounds).
+enum class LepeKernel { conv, wgrad, wgrad_mma };
 int64_t lepe_blocks(const GatedTailParams& p, int rows, LepeKernel k) {
   const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
-  const int64_t cap = k == LepeKernel::conv ? 65535 : std::max<int64_t>(1, ceil_div(8 * p.sms, chunks));
+  const int64_t cap = k == LepeKernel::conv ? 65535 : std::max<int64_t>(1, ceil_div((k == LepeKernel::wgrad ? 8 : 2) * p.sms, chunks));
   return std::max<int64_t>(1, std::min<int64_t>(tiles, cap));
 }
 // Rows (tokens) a ln_gate_bwd block walks: about p.ln_bwd_blocks_per_sm blocks an SM (4 by default).
@@ -724,8 +725,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2) lepe_wgrad_mma(const GatedT
       for (int cc = 0; cc < 8; ++cc) {
         const unsigned sel = cc % 2 ? 0x7632u : 0x5410u;  // the high or the low bf16 of each word
         const auto word = [&](const uint4& x) { return reinterpret_cast<const uint32_t*>(&x)[cc / 2]; };
-        mma_bf16_rows8(acc[cc], __byte_perm(word(pa[0]), word(pa[1]), sel), __byte_perm(word(pa[2]), word(pa[3]), sel),
-                       __byte_perm(word(pb[0]), word(pb[1]), sel), __byte_perm(word(pb[2]), word(pb[3]), sel));
+        const uint32_t a[4] = {__byte_perm(word(pa[0]), word(pa[1]), sel), 0u, __byte_perm(word(pa[2]), word(pa[3]), sel), 0u};  // rows 8..15 zero
+        mma_bf16(acc[cc], a, __byte_perm(word(pb[0]), word(pb[1]), sel), __byte_perm(word(pb[2]), word(pb[3]), sel));
       }
     }
     __syncthreads();  // the buffer is read before it is refilled
@@ -792,23 +793,10 @@ Strided du_of(const GatedTailParams& p, const void* du) { return {du, int64_t(p.
 std::atomic<int64_t> g_copy16_launches{0};  // lepe_copy16_launches()
 std::atomic<int64_t> g_wgrad_mma_launches{0};  // lepe_wgrad_mma_launches()
 
-// Whether the weight gradient runs on the tensor cores (lepe_wgrad_mma): asked for (kStageWgradMma),
-// bf16, LePE on, a piece of 8 channels in one head, v and du 16-byte aligned with strides of whole pieces.
-bool wgrad_mma_fits(const GatedTailParams& p, const void* du) {
-  if (!p.bf16 || p.ks == 0 || !(p.lepe_staged & kStageWgradMma) || p.d % 8 != 0) return false;
-  for (const Strided& a : {v_of(p), du_of(p, du)})
-    if (reinterpret_cast<uintptr_t>(a.p) % 16 != 0 || a.sb % 8 != 0 || a.sh % 8 != 0 || a.sn % 8 != 0) return false;
-  return true;
-}
-// lepe_wgrad_mma's blocks along the tiles: 2 blocks of 8 warps an SM (its launch bounds) over the channel chunks
-int64_t lepe_mma_blocks(const GatedTailParams& p, int rows) {
-  const int64_t tiles = p.B * tiles_per_sample(p, rows), chunks = ceil_div(p.D, kChunkChannels);
-  return std::max<int64_t>(1, std::min<int64_t>(tiles, ceil_div(2 * p.sms, chunks)));
-}
 template <int KS>
 void launch_wgrad_mma(const GatedTailParams& p, const void* du, float* part, cudaStream_t st) {
   using M = MmaTile<KS>;
-  const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_mma_blocks(p, M::rows)));
+  const dim3 grid(unsigned(ceil_div(p.D, kChunkChannels)), unsigned(lepe_blocks(p, M::rows, LepeKernel::wgrad_mma)));
   const int64_t tiles = p.B * tiles_per_sample(p, M::rows);
   // two buffers where two blocks an SM still fit (sm_90: 228 KB of shared memory an SM, 1 KB of it reserved a block)
   const int buffers = tiles > int64_t(grid.y) && 2 * M::bytes + M::ones_bytes <= 113 * 1024 ? 2 : 1;
@@ -820,16 +808,26 @@ void launch_wgrad_mma(const GatedTailParams& p, const void* du, float* part, cud
   g_wgrad_mma_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Whether a LePE kernel's windows may be copied in 16-byte pieces (Pieces): asked for (kStageCopy16),
-// a piece's channels in one head, and every input (the window's, the staged side input's; p null:
-// none) 16-byte aligned with strides of whole pieces.
+// Whether inputs may be read in 16-byte pieces (Pieces<T>): a piece's channels in one head, and every
+// input (p null: none) 16-byte aligned with strides of whole pieces.
 template <typename T>
-bool pieces_fit(const GatedTailParams& p, std::initializer_list<Strided> inputs) {
+bool pieces_aligned(const GatedTailParams& p, std::initializer_list<Strided> inputs) {
   constexpr int kCh = Pieces<T>::kChannels;
-  if (!(p.lepe_staged & kStageCopy16) || p.d % kCh != 0) return false;
+  if (p.d % kCh != 0) return false;
   for (const Strided& a : inputs)
     if (a.p && (reinterpret_cast<uintptr_t>(a.p) % 16 != 0 || a.sb % kCh != 0 || a.sh % kCh != 0 || a.sn % kCh != 0)) return false;
   return true;
+}
+// Whether a LePE kernel's windows may be copied in 16-byte pieces: asked for (kStageCopy16) and every
+// input (the window's, the staged side input's) in pieces.
+template <typename T>
+bool pieces_fit(const GatedTailParams& p, std::initializer_list<Strided> inputs) {
+  return (p.lepe_staged & kStageCopy16) != 0 && pieces_aligned<T>(p, inputs);
+}
+// Whether the weight gradient runs on the tensor cores (lepe_wgrad_mma): asked for (kStageWgradMma),
+// bf16, LePE on, v and du in 16-byte pieces of 8 channels.
+bool wgrad_mma_fits(const GatedTailParams& p, const void* du) {
+  return p.bf16 && p.ks > 0 && (p.lepe_staged & kStageWgradMma) != 0 && pieces_aligned<__nv_bfloat16>(p, {v_of(p), du_of(p, du)});
 }
 
 // Launches a LePE kernel (STAGED: the instantiation that stages a side input) over its tiles with
@@ -929,7 +927,7 @@ int lepe_backward_chunks(const GatedTailParams& p, const void* du) {
   with_ks(p.ks, false, [&](auto ks) {
     if constexpr (ks() > 0) rows = p.bf16 ? TileRows<__nv_bfloat16, ks()>::rows : TileRows<float, ks()>::rows;
   });
-  if (wgrad_mma_fits(p, du)) return int(lepe_mma_blocks(p, rows));  // MmaTile's rows are TileRows<bf16>'s
+  if (wgrad_mma_fits(p, du)) return int(lepe_blocks(p, rows, LepeKernel::wgrad_mma));  // MmaTile's rows are TileRows<bf16>'s
   return int(lepe_blocks(p, rows, LepeKernel::wgrad));
 }
 

@@ -44,15 +44,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// mma_bf16 with A's rows 8..15 zero (a1 = a3 = 0): the zero operands as RZ, no registers to set
-__device__ __forceinline__ void mma_bf16_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "{\n.reg .b32 z;\nmov.b32 z, 0;\n"
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,z,%5,z}, {%6,%7}, {%0,%1,%2,%3};\n}\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a2), "r"(b0), "r"(b1));
-}
-
 // m16n8k8: a0 = A(g, 2t..2t+1), a1 = A(g+8, 2t..); b0 = B(2t..2t+1, g); C as m16n8k16's
 __device__ __forceinline__ void mma_bf16_k8(float (&c)[4], const uint32_t (&a)[2], uint32_t b0) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"

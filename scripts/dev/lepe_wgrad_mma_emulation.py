@@ -72,7 +72,7 @@ def emulate(du, v, KS):
                         for cc in range(8):  # word cc / 2, half cc % 2 of each piece: channel cc
                             A[cc, g, 2 * t], A[cc, g, 2 * t + 1], A[cc, g, 2 * t + 8], A[cc, g, 2 * t + 9] = (p[cc] for p in pa)
                             Bm[cc, 2 * t, g], Bm[cc, 2 * t + 1, g], Bm[cc, 2 * t + 8, g], Bm[cc, 2 * t + 9, g] = (p[cc] for p in pb)
-                    A[:, 8:, :] = 0  # a1 = a3 = 0 (mma_bf16_rows8)
+                    A[:, 8:, :] = 0  # a1 = a3 = 0
                     Dm = A @ Bm  # (channel, 16, 8)
                     for lane in range(32):
                         g, t = lane >> 2, lane & 3
